@@ -1,0 +1,27 @@
+# stratum-upgrade. `make help` lists the targets.
+GO        ?= go
+BIN       := bin
+CACHE     ?= $(HOME)/.cache/stratum-upgrade
+STATICCHECK_VERSION := 2025.1.1
+export STRATUM_CACHE := $(CACHE)
+
+.PHONY: help build test lint demo bench torture clean
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build every command into bin/
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# -p 1: integration tests run real processes under the component names and
+# scan the whole /proc; packages running at once would see each other's.
+test: ## run every test (real processes, real files, real bbolt)
+	$(GO) test -p 1 -count=1 -timeout 40m ./...
+
+lint: ## gofmt check, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+clean: ## remove build output (not the etcd build cache)
+	rm -rf $(BIN)

@@ -1,0 +1,158 @@
+// Package fsutil holds the one way this project writes a file it owns:
+// staged under a hidden name in the target's own directory, fsynced, renamed
+// over the target, and the directory fsynced.
+package fsutil
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
+)
+
+// ErrSymlink is returned when a path this package would write or read is a
+// symbolic link. Links are never followed: a link where a file belongs means
+// someone else put it there, and writing through it would land outside the
+// directory the caller owns.
+var ErrSymlink = errors.New("is a symbolic link")
+
+// ErrNotRegular is returned when a path that must be a regular file is a
+// directory, device, socket or other non-regular entry.
+var ErrNotRegular = errors.New("is not a regular file")
+
+// WriteFile makes path hold exactly data with mode perm, atomically and durably.
+//
+// The bytes are staged in a hidden file in path's own directory (never /tmp,
+// which may be another filesystem, and never a visible name, which kubelet
+// would run as a pod), fsynced, renamed over path, and then the directory is
+// fsynced so the rename itself survives power loss. When path already holds
+// exactly data with mode perm nothing is written and changed is false: a
+// rewrite of identical bytes would still wake every inotify watcher.
+//
+// On error path holds either its old content or the new content, never a
+// mix, and no staging file is left behind. A symlink at path is refused with
+// ErrSymlink and not followed.
+func WriteFile(path string, data []byte, perm fs.FileMode) (changed bool, err error) {
+	same, err := holds(path, data, perm)
+	if err != nil {
+		return false, err
+	}
+	if same {
+		return false, nil
+	}
+	dir := filepath.Dir(path)
+	if err := renameio.WriteFile(path, data, perm, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm)); err != nil {
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := SyncDir(dir); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// holds reports whether path is a regular file with exactly data and perm.
+func holds(path string, data []byte, perm fs.FileMode) (bool, error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if err := CheckRegular(path, fi); err != nil {
+		return false, err
+	}
+	if fi.Mode().Perm() != perm.Perm() || fi.Size() != int64(len(data)) {
+		return false, nil
+	}
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return bytes.Equal(old, data), nil
+}
+
+// CheckRegular returns an error naming path when fi (from Lstat) is a
+// symlink (ErrSymlink) or any other non-regular entry (ErrNotRegular).
+func CheckRegular(path string, fi fs.FileInfo) error {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s %w; refusing to follow it (remove the link and re-run)", path, ErrSymlink)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s %w (mode %s)", path, ErrNotRegular, fi.Mode().Type())
+	}
+	return nil
+}
+
+// ReadRegular reads path without following a symlink at its last element.
+func ReadRegular(path string) ([]byte, fs.FileMode, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := CheckRegular(path, fi); err != nil {
+		return nil, 0, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	return b, fi.Mode().Perm(), nil
+}
+
+// Remove deletes path and fsyncs its directory, so a removal the caller
+// journaled as done stays done after power loss. A path already absent is
+// not an error (removed is false).
+func Remove(path string) (removed bool, err error) {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("remove %s: %w", path, err)
+	}
+	return true, SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs directory dir, making the creations, renames and removals
+// of its entries durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// CheckDir verifies that dir is an existing, writable directory that is not
+// itself a symlink. The returned error says which of these failed.
+func CheckDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("directory %s does not exist", dir)
+	}
+	if err != nil {
+		return fmt.Errorf("directory %s: %w", dir, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("directory %s %w; point the flag at the real directory", dir, ErrSymlink)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".stratum-probe")
+	if err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	return nil
+}

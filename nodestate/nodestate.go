@@ -1,0 +1,478 @@
+// Package nodestate is the persisted description of one control-plane node:
+// the single input every static pod manifest is rendered from.
+//
+// A NodeState is loaded from YAML with strict decoding (an unknown field or a
+// value of the wrong type is an error naming the file and the field path),
+// validated (every error names the field), and saved atomically and durably.
+package nodestate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ciq/stratum-upgrade/internal/fsutil"
+)
+
+// APIVersion and Kind identify a node state document.
+const (
+	APIVersion = "stratum.ciq.com/v1"
+	Kind       = "NodeState"
+)
+
+// Component names, in start order. They are the keys of Images and ExtraArgs.
+const (
+	Etcd              = "etcd"
+	KubeAPIServer     = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+	KubeVIP           = "kube-vip"
+)
+
+// Components is every component a node state can describe, in start order.
+// Callers must not modify it; use manifest.NamesFor for a node's roster.
+var Components = []string{Etcd, KubeAPIServer, ControllerManager, Scheduler, KubeVIP}
+
+// Profiles a node can run.
+const (
+	ProfileDefault = "default"
+	ProfileCIS     = "cis"
+)
+
+// NodeState is everything the manifests of one control-plane node are
+// rendered from. The zero value is not valid; use Load or Parse.
+type NodeState struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	// NodeName is the kubelet's node name; static pod names get it as suffix.
+	NodeName string `json:"nodeName"`
+	// AdvertiseAddress is the IP the apiserver advertises and etcd peers use.
+	AdvertiseAddress string `json:"advertiseAddress"`
+	// KubernetesVersion is the control plane's version, e.g. v1.34.4.
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// Images holds the image reference of every component in the roster;
+	// a digest-pinned reference (name@sha256:...) is allowed.
+	Images map[string]string `json:"images"`
+
+	Etcd EtcdMember `json:"etcd"`
+	// VIP is optional: with it the node also runs kube-vip.
+	VIP *VIP `json:"vip,omitempty"`
+
+	Profile Profile `json:"profile"`
+
+	// PKIDir holds the cluster's certificates and keys (/etc/kubernetes/pki).
+	PKIDir string `json:"pkiDir"`
+	// KubeconfigDir holds controller-manager.conf, scheduler.conf and
+	// admin.conf (/etc/kubernetes).
+	KubeconfigDir string `json:"kubeconfigDir"`
+	// ConfigDir receives the render-derived files (the merged admission
+	// configuration); kube-apiserver's argv names it. Outside the manifest dir.
+	ConfigDir string `json:"configDir"`
+
+	Networking Networking `json:"networking"`
+	Ports      Ports      `json:"ports"`
+
+	// ExtraArgs are extra --flag=value arguments per component. A key that
+	// the renderer also sets replaces the rendered value.
+	ExtraArgs map[string]map[string]string `json:"extraArgs,omitempty"`
+}
+
+// EtcdMember is the local etcd member's identity and cluster membership.
+type EtcdMember struct {
+	MemberName string `json:"memberName"`
+	// InitialCluster is etcd's --initial-cluster: name=peerURL,...
+	InitialCluster string `json:"initialCluster"`
+	// InitialClusterState is "new" or "existing".
+	InitialClusterState string `json:"initialClusterState"`
+	DataDir             string `json:"dataDir"`
+}
+
+// VIP is the virtual IP kube-vip announces for the apiserver.
+type VIP struct {
+	Address   string `json:"address"`
+	Interface string `json:"interface"`
+}
+
+// Profile selects hardening. The cis profile needs both files; they are
+// read at render time, so a changed file is noticed by the next render.
+type Profile struct {
+	Name            string `json:"name"`
+	AuditPolicyFile string `json:"auditPolicyFile,omitempty"`
+	// AdmissionConfigFile is an apiserver.config.k8s.io AdmissionConfiguration;
+	// it is merged over the profile's built-in plugin configuration.
+	AdmissionConfigFile string `json:"admissionConfigFile,omitempty"`
+	AuditLogDir         string `json:"auditLogDir,omitempty"`
+}
+
+// Networking holds the cluster's address ranges.
+type Networking struct {
+	ServiceCIDR string `json:"serviceCIDR"`
+	PodCIDR     string `json:"podCIDR"`
+}
+
+// Ports are the node-local ports the components listen on. Zero means the
+// upstream default (see Default*Port).
+type Ports struct {
+	EtcdClient        int `json:"etcdClient,omitempty"`
+	EtcdPeer          int `json:"etcdPeer,omitempty"`
+	EtcdMetrics       int `json:"etcdMetrics,omitempty"`
+	APIServer         int `json:"apiServer,omitempty"`
+	ControllerManager int `json:"controllerManager,omitempty"`
+	Scheduler         int `json:"scheduler,omitempty"`
+}
+
+// Upstream default ports, the ones kubeadm renders.
+const (
+	DefaultEtcdClientPort        = 2379
+	DefaultEtcdPeerPort          = 2380
+	DefaultEtcdMetricsPort       = 2381
+	DefaultAPIServerPort         = 6443
+	DefaultControllerManagerPort = 10257
+	DefaultSchedulerPort         = 10259
+)
+
+// Defaults applied by Parse to empty optional fields.
+const (
+	DefaultPKIDir        = "/etc/kubernetes/pki"
+	DefaultKubeconfigDir = "/etc/kubernetes"
+	DefaultConfigDir     = "/etc/kubernetes/stratum"
+	DefaultAuditLogDir   = "/var/log/kubernetes/audit"
+	DefaultEtcdDataDir   = "/var/lib/etcd"
+	DefaultServiceCIDR   = "10.96.0.0/12"
+	DefaultPodCIDR       = "10.244.0.0/16"
+)
+
+// Load reads, strictly decodes, defaults and validates the node state at
+// path. Every error names path and, where one is at fault, the field path.
+func Load(path string) (*NodeState, error) {
+	b, _, err := fsutil.ReadRegular(path)
+	if err != nil {
+		return nil, fmt.Errorf("node state %s: %w", path, err)
+	}
+	st, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("node state %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// Parse strictly decodes, defaults and validates a node state document.
+func Parse(b []byte) (*NodeState, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errors.New("empty document")
+	}
+	var st NodeState
+	if err := yaml.UnmarshalStrict(b, &st); err != nil {
+		return nil, fmt.Errorf("decode: %w", cleanYAMLError(err))
+	}
+	st.applyDefaults()
+	if err := st.Validate(); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// cleanYAMLError turns the json decoder's Go-type wording into field paths.
+func cleanYAMLError(err error) error {
+	msg := err.Error()
+	msg = strings.ReplaceAll(msg, "error unmarshaling JSON: while decoding JSON: ", "")
+	msg = strings.ReplaceAll(msg, "json: ", "")
+	msg = strings.ReplaceAll(msg, "Go struct field NodeState.", "field ")
+	return errors.New(msg)
+}
+
+func (st *NodeState) applyDefaults() {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&st.PKIDir, DefaultPKIDir)
+	def(&st.KubeconfigDir, DefaultKubeconfigDir)
+	def(&st.ConfigDir, DefaultConfigDir)
+	def(&st.Etcd.DataDir, DefaultEtcdDataDir)
+	def(&st.Etcd.MemberName, st.NodeName)
+	def(&st.Etcd.InitialClusterState, "new")
+	def(&st.Networking.ServiceCIDR, DefaultServiceCIDR)
+	def(&st.Networking.PodCIDR, DefaultPodCIDR)
+	def(&st.Profile.Name, ProfileDefault)
+	if st.Profile.Name == ProfileCIS {
+		def(&st.Profile.AuditLogDir, DefaultAuditLogDir)
+	}
+	defPort := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defPort(&st.Ports.EtcdClient, DefaultEtcdClientPort)
+	defPort(&st.Ports.EtcdPeer, DefaultEtcdPeerPort)
+	defPort(&st.Ports.EtcdMetrics, DefaultEtcdMetricsPort)
+	defPort(&st.Ports.APIServer, DefaultAPIServerPort)
+	defPort(&st.Ports.ControllerManager, DefaultControllerManagerPort)
+	defPort(&st.Ports.Scheduler, DefaultSchedulerPort)
+	if st.Etcd.InitialCluster == "" && st.AdvertiseAddress != "" {
+		st.Etcd.InitialCluster = fmt.Sprintf("%s=https://%s", st.Etcd.MemberName, net.JoinHostPort(st.AdvertiseAddress, fmt.Sprint(st.Ports.EtcdPeer)))
+	}
+}
+
+// FieldError is a validation failure of one field.
+type FieldError struct {
+	Field  string // JSON path, e.g. "etcd.initialClusterState"
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+// ValidationError lists every invalid field of a node state.
+type ValidationError []*FieldError
+
+func (v ValidationError) Error() string {
+	parts := make([]string, len(v))
+	for i, e := range v {
+		parts[i] = e.Error()
+	}
+	return "invalid node state: " + strings.Join(parts, "; ")
+}
+
+var (
+	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	k8sVer    = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
+	imageRef  = regexp.MustCompile(`^[a-z0-9]+([._/:-][a-zA-Z0-9]+)*(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
+	flagName  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	ifaceName = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,15}$`)
+)
+
+// Validate checks every field and returns a ValidationError naming each
+// invalid one, or nil.
+func (st *NodeState) Validate() error {
+	var errs ValidationError
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, a...)})
+	}
+	if st.APIVersion != APIVersion {
+		bad("apiVersion", "must be %q, got %q", APIVersion, st.APIVersion)
+	}
+	if st.Kind != Kind {
+		bad("kind", "must be %q, got %q", Kind, st.Kind)
+	}
+	if !dnsLabel.MatchString(st.NodeName) {
+		bad("nodeName", "must be a lowercase DNS name, got %q", st.NodeName)
+	}
+	if net.ParseIP(st.AdvertiseAddress) == nil {
+		bad("advertiseAddress", "must be an IP address, got %q", st.AdvertiseAddress)
+	}
+	if !k8sVer.MatchString(st.KubernetesVersion) {
+		bad("kubernetesVersion", "must look like v1.34.4, got %q", st.KubernetesVersion)
+	}
+	roster := st.Roster()
+	for _, c := range roster {
+		img, ok := st.Images[c]
+		switch {
+		case !ok || img == "":
+			bad("images."+c, "required: the node runs %s", c)
+		case !imageRef.MatchString(img):
+			bad("images."+c, "not an image reference: %q", img)
+		}
+	}
+	for _, c := range sortedKeys(st.Images) {
+		if !contains(roster, c) {
+			if contains(Components, c) {
+				bad("images."+c, "set, but this node does not run %s (kube-vip needs vip)", c)
+			} else {
+				bad("images."+c, "unknown component %q (known: %s)", c, strings.Join(Components, ", "))
+			}
+		}
+	}
+	if !dnsLabel.MatchString(st.Etcd.MemberName) {
+		bad("etcd.memberName", "must be a lowercase DNS name, got %q", st.Etcd.MemberName)
+	}
+	if err := validateInitialCluster(st.Etcd.InitialCluster, st.Etcd.MemberName); err != nil {
+		bad("etcd.initialCluster", "%v", err)
+	}
+	if s := st.Etcd.InitialClusterState; s != "new" && s != "existing" {
+		bad("etcd.initialClusterState", `must be "new" or "existing", got %q`, s)
+	}
+	absPath := func(field, p string) {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			bad(field, "must be a clean absolute path, got %q", p)
+		}
+	}
+	absPath("etcd.dataDir", st.Etcd.DataDir)
+	absPath("pkiDir", st.PKIDir)
+	absPath("kubeconfigDir", st.KubeconfigDir)
+	absPath("configDir", st.ConfigDir)
+	if st.VIP != nil {
+		if ip := net.ParseIP(st.VIP.Address); ip == nil {
+			bad("vip.address", "must be an IP address, got %q", st.VIP.Address)
+		} else if st.VIP.Address == st.AdvertiseAddress {
+			bad("vip.address", "must differ from advertiseAddress %s", st.AdvertiseAddress)
+		}
+		if !ifaceName.MatchString(st.VIP.Interface) {
+			bad("vip.interface", "must be a network interface name, got %q", st.VIP.Interface)
+		}
+	}
+	switch st.Profile.Name {
+	case ProfileDefault:
+		if st.Profile.AuditPolicyFile != "" {
+			bad("profile.auditPolicyFile", "only the cis profile takes an audit policy")
+		}
+		if st.Profile.AdmissionConfigFile != "" {
+			bad("profile.admissionConfigFile", "only the cis profile takes an admission configuration")
+		}
+	case ProfileCIS:
+		if st.Profile.AuditPolicyFile == "" {
+			bad("profile.auditPolicyFile", "required by the cis profile")
+		} else {
+			absPath("profile.auditPolicyFile", st.Profile.AuditPolicyFile)
+		}
+		if st.Profile.AdmissionConfigFile == "" {
+			bad("profile.admissionConfigFile", "required by the cis profile")
+		} else {
+			absPath("profile.admissionConfigFile", st.Profile.AdmissionConfigFile)
+		}
+		absPath("profile.auditLogDir", st.Profile.AuditLogDir)
+	default:
+		bad("profile.name", `must be "default" or "cis", got %q`, st.Profile.Name)
+	}
+	if _, _, err := net.ParseCIDR(st.Networking.ServiceCIDR); err != nil {
+		bad("networking.serviceCIDR", "must be a CIDR, got %q", st.Networking.ServiceCIDR)
+	}
+	if _, _, err := net.ParseCIDR(st.Networking.PodCIDR); err != nil {
+		bad("networking.podCIDR", "must be a CIDR, got %q", st.Networking.PodCIDR)
+	}
+	ports := []struct {
+		f string
+		p int
+	}{
+		{"ports.etcdClient", st.Ports.EtcdClient}, {"ports.etcdPeer", st.Ports.EtcdPeer},
+		{"ports.etcdMetrics", st.Ports.EtcdMetrics}, {"ports.apiServer", st.Ports.APIServer},
+		{"ports.controllerManager", st.Ports.ControllerManager}, {"ports.scheduler", st.Ports.Scheduler},
+	}
+	seen := map[int]string{}
+	for _, p := range ports {
+		if p.p < 1 || p.p > 65535 {
+			bad(p.f, "must be a port number, got %d", p.p)
+		} else if other, dup := seen[p.p]; dup {
+			bad(p.f, "port %d is already used by %s", p.p, other)
+		}
+		seen[p.p] = p.f
+	}
+	for _, c := range sortedKeys(st.ExtraArgs) {
+		if !contains(roster, c) {
+			bad("extraArgs."+c, "not a component this node runs")
+			continue
+		}
+		for _, k := range sortedKeys(st.ExtraArgs[c]) {
+			if !flagName.MatchString(k) {
+				bad("extraArgs."+c+"."+k, "must be a flag name without leading dashes")
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func validateInitialCluster(s, member string) error {
+	if s == "" {
+		return errors.New("required")
+	}
+	found := false
+	for _, part := range strings.Split(s, ",") {
+		name, url, ok := strings.Cut(part, "=")
+		if !ok || name == "" || !strings.HasPrefix(url, "https://") && !strings.HasPrefix(url, "http://") {
+			return fmt.Errorf("entry %q is not name=peerURL", part)
+		}
+		if name == member {
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("does not list this member %q", member)
+	}
+	return nil
+}
+
+// Roster is the components this node runs, in start order: kube-vip exactly
+// when the state has a VIP. A fresh slice per call.
+func (st *NodeState) Roster() []string {
+	out := make([]string, 0, len(Components))
+	for _, c := range Components {
+		if c == KubeVIP && st.VIP == nil {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// SingleMember reports whether the local etcd is the cluster's only member.
+func (st *NodeState) SingleMember() bool {
+	return !strings.Contains(st.Etcd.InitialCluster, ",")
+}
+
+// Marshal encodes st as YAML; Parse(Marshal(st)) yields an equal state.
+func (st *NodeState) Marshal() ([]byte, error) {
+	b, err := yaml.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("encode node state: %w", err)
+	}
+	return b, nil
+}
+
+// Clone returns a deep copy of st.
+func (st *NodeState) Clone() *NodeState {
+	b, err := st.Marshal()
+	if err != nil {
+		panic(fmt.Sprintf("nodestate: clone of a state that does not encode: %v", err)) // a NodeState always encodes
+	}
+	var c NodeState
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		panic(fmt.Sprintf("nodestate: clone decode: %v", err))
+	}
+	return &c
+}
+
+// Save validates st and writes it to path atomically and durably (mode
+// 0600). On error the file at path is unchanged.
+func (st *NodeState) Save(path string) error {
+	if err := st.Validate(); err != nil {
+		return fmt.Errorf("node state %s: %w", path, err)
+	}
+	b, err := st.Marshal()
+	if err != nil {
+		return err
+	}
+	if _, err := fsutil.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("node state %s: %w", path, err)
+	}
+	return nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
