@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -168,6 +169,9 @@ func Load(path string) (*NodeState, error) {
 func Parse(b []byte) (*NodeState, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, errors.New("empty document")
+	}
+	if err := checkUnknownFields(b); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
 	}
 	var st NodeState
 	if err := yaml.UnmarshalStrict(b, &st); err != nil {
@@ -476,3 +480,55 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+
+// checkUnknownFields reports the first field of doc, by full path (for
+// example "etcd.datadir2"), that NodeState has no place for. The YAML
+// decoder's own strict mode names only the last element of the path.
+func checkUnknownFields(doc []byte) error {
+	var generic any
+	if err := yaml.Unmarshal(doc, &generic); err != nil {
+		return cleanYAMLError(err)
+	}
+	return walkFields(generic, reflect.TypeOf(NodeState{}), "")
+}
+
+func walkFields(v any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil // type mismatches are reported by the typed decode
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		for _, k := range sortedKeys(m) {
+			if err := walkFields(m[k], t.Elem(), join(path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Struct:
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			fields[name] = t.Field(i).Type
+		}
+		for _, k := range sortedKeys(m) {
+			ft, known := fields[k]
+			if !known {
+				return fmt.Errorf("unknown field %q", join(path, k))
+			}
+			if err := walkFields(m[k], ft, join(path, k)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func join(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}

@@ -1,0 +1,166 @@
+package nodestate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const valid = `apiVersion: stratum.ciq.com/v1
+kind: NodeState
+nodeName: cp-1
+advertiseAddress: 10.0.0.11
+kubernetesVersion: v1.34.4
+images:
+  etcd: registry.k8s.io/etcd:3.5.21-0
+  kube-apiserver: registry.k8s.io/kube-apiserver:v1.34.4
+  kube-controller-manager: registry.k8s.io/kube-controller-manager:v1.34.4
+  kube-scheduler: registry.k8s.io/kube-scheduler@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+etcd:
+  dataDir: /var/lib/etcd
+`
+
+func TestParseDefaults(t *testing.T) {
+	st, err := Parse([]byte(valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Etcd.MemberName != "cp-1" || st.Etcd.InitialCluster != "cp-1=https://10.0.0.11:2380" || st.Etcd.InitialClusterState != "new" {
+		t.Errorf("etcd defaults: %+v", st.Etcd)
+	}
+	if st.Ports.APIServer != 6443 || st.Ports.EtcdMetrics != 2381 || st.PKIDir != DefaultPKIDir || st.Profile.Name != ProfileDefault {
+		t.Errorf("defaults not applied: %+v %+v", st.Ports, st.Profile)
+	}
+	if !st.SingleMember() {
+		t.Error("one member in initialCluster is a single-member cluster")
+	}
+	if got := st.Roster(); !reflect.DeepEqual(got, []string{Etcd, KubeAPIServer, ControllerManager, Scheduler}) {
+		t.Errorf("roster without VIP = %v", got)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, edit, want string
+	}{
+		{"unknown top-level field", valid + "colour: blue\n", `unknown field "colour"`},
+		{"unknown nested field", strings.Replace(valid, "  dataDir:", "  datadir2: x\n  dataDir:", 1), `unknown field "etcd.datadir2"`},
+		{"wrong type", strings.Replace(valid, "etcd:\n  dataDir: /var/lib/etcd", "etcd:\n  dataDir: [1]", 1), "etcd.dataDir"},
+		{"wrong port type", valid + "ports:\n  apiServer: high\n", "ports.apiServer"},
+		{"bad version", strings.Replace(valid, "v1.34.4\nimages", "1.34\nimages", 1), "kubernetesVersion"},
+		{"missing image", strings.Replace(valid, "  etcd: registry.k8s.io/etcd:3.5.21-0\n", "", 1), "images.etcd: required"},
+		{"kube-vip image without vip", strings.Replace(valid, "images:\n", "images:\n  kube-vip: ghcr.io/kube-vip/kube-vip:v0.8.9\n", 1), "images.kube-vip"},
+		{"relative data dir", strings.Replace(valid, "/var/lib/etcd", "var/lib/etcd", 1), "etcd.dataDir"},
+		{"cis without files", valid + "profile:\n  name: cis\n", "profile.auditPolicyFile: required"},
+		{"unknown profile", valid + "profile:\n  name: strict\n", "profile.name"},
+		{"bad vip", valid + "vip:\n  address: nope\n  interface: eth0\n", "vip.address"},
+		{"duplicate port", valid + "ports:\n  scheduler: 6443\n", "ports.scheduler: port 6443 is already used by ports.apiServer"},
+		{"extra args for unknown", valid + "extraArgs:\n  kube-proxy:\n    v: \"2\"\n", "extraArgs.kube-proxy"},
+		{"initial cluster without this member", strings.Replace(valid, "  dataDir: /var/lib/etcd", "  dataDir: /var/lib/etcd\n  initialCluster: cp-2=https://10.0.0.12:2380", 1), `etcd.initialCluster: does not list this member "cp-1"`},
+		{"wrong kind", strings.Replace(valid, "kind: NodeState", "kind: Pod", 1), "kind: must be"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.edit))
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", c.edit)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestUnknownComponentImage(t *testing.T) {
+	doc := strings.Replace(valid, "images:\n", "images:\n  kube-proxy: registry.k8s.io/kube-proxy:v1.34.4\n", 1)
+	_, err := Parse([]byte(doc))
+	var ve ValidationError
+	if !errors.As(err, &ve) || !strings.Contains(err.Error(), `images.kube-proxy: unknown component "kube-proxy"`) {
+		t.Fatalf("want a ValidationError naming images.kube-proxy, got %v", err)
+	}
+}
+
+func TestValidationListsEveryField(t *testing.T) {
+	doc := strings.NewReplacer("cp-1\n", "CP_1\n", "10.0.0.11", "ten").Replace(valid)
+	_, err := Parse([]byte(doc))
+	var ve ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("want ValidationError, got %v", err)
+	}
+	fields := map[string]bool{}
+	for _, fe := range ve {
+		fields[fe.Field] = true
+	}
+	for _, f := range []string{"nodeName", "advertiseAddress"} {
+		if !fields[f] {
+			t.Errorf("%s not reported in %v", f, err)
+		}
+	}
+}
+
+func TestLoadNamesFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(p, []byte(valid+"bogus: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(p)
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("error should name file and field: %v", err)
+	}
+	link := filepath.Join(t.TempDir(), "link.yaml")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(link); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("symlink should be refused: %v", err)
+	}
+}
+
+func TestSaveRoundTripAndAtomic(t *testing.T) {
+	st, err := Parse([]byte(valid + "vip:\n  address: 10.0.0.100\n  interface: eth0\n"))
+	if err == nil {
+		t.Fatal("kube-vip image missing should fail")
+	}
+	st, err = Parse([]byte(strings.Replace(valid, "images:\n", "images:\n  kube-vip: ghcr.io/kube-vip/kube-vip:v0.8.9\n", 1) + "vip:\n  address: 10.0.0.100\n  interface: eth0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "state.yaml")
+	if err := st.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("saved state mode: %v %v", fi, err)
+	}
+	back, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, st) {
+		t.Fatalf("round trip differs:\n%+v\n%+v", back, st)
+	}
+	if !reflect.DeepEqual(st.Clone(), st) {
+		t.Fatal("Clone differs")
+	}
+	// An invalid state is refused and the file keeps its old content.
+	before, _ := os.ReadFile(p)
+	bad := st.Clone()
+	bad.NodeName = "Not Valid"
+	if err := bad.Save(p); err == nil {
+		t.Fatal("invalid state saved")
+	}
+	after, _ := os.ReadFile(p)
+	if string(before) != string(after) {
+		t.Fatal("failed Save changed the file")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("staging files left: %v", entries)
+	}
+}
