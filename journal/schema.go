@@ -1,0 +1,186 @@
+package journal
+
+/*
+Schema of the journal file, version 1 (the current one).
+
+The journal is one bbolt file. Every key and value is listed here; nothing
+else is stored. All integers are 8-byte big-endian, so that bbolt's byte
+order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
+
+	meta                          bucket
+	    schema_version            uint64: the schema version of this file (1)
+	    created_at                time the file was first initialised, as text
+
+	state                         bucket
+	    current                   the node state: YAML exactly as written by
+	                              nodestate.(*NodeState).Marshal; read back
+	                              with nodestate.Parse. Absent until the first
+	                              PutNodeState or Commit.
+
+	txns                          bucket; its bbolt sequence numbers txns
+	    <txn id>                  JSON of Txn (field names in the json tags of
+	                              Txn) plus "seq", the txns bucket sequence at
+	                              Begin, which orders History. Ids look like
+	                              20261202T130405Z-1a2b: the UTC time of Begin
+	                              and 4 random hex digits.
+
+	records                       bucket
+	    <txn id>                  nested bucket, one per txn, created by Begin;
+	                              its bbolt sequence numbers its records
+	        <seq>                 uint64 1, 2, ... -> JSON of Record
+
+	open                          bucket
+	    txn                       id of the open transaction; absent when no
+	                              transaction is open. Set by Begin, deleted in
+	                              the same bbolt transaction that gives the txn
+	                              a terminal phase (Commit, Finish).
+
+Invariants, all kept by single bbolt transactions: at most one txn is open;
+open/txn names it and its phase is open; a txn with a terminal phase has
+Ended set and never changes again; state/current changes only through
+PutNodeState (no txn open) or Commit.
+
+Versions and migrations. A file with no meta bucket is version 0. Version 0
+is the pre-release layout, written by builds before the journal was
+versioned: a single bucket "nodestate" holding key "current" (the node state
+YAML, same encoding as state/current today) and no transaction history. A
+freshly created, empty bbolt file is also version 0 (with no buckets at
+all) and goes through the same migration. A version-0 file with any bucket
+other than "nodestate" is not a stratum journal and is refused.
+
+migrations[i] takes a file from version i to i+1. Open runs every pending
+migration, in order, in ONE bbolt transaction, and sets meta/schema_version
+after each, so a crash leaves the file at its old version. A file whose
+version is newer than currentVersion is refused without writing anything:
+it was written by a newer stratum-upgrade, and this binary cannot know what
+the newer fields mean.
+*/
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// currentVersion is the schema version this binary reads and writes.
+const currentVersion = 1
+
+// Bucket and key names of schema version 1.
+var (
+	bucketMeta    = []byte("meta")
+	bucketState   = []byte("state")
+	bucketTxns    = []byte("txns")
+	bucketRecords = []byte("records")
+	bucketOpen    = []byte("open")
+
+	keySchemaVersion = []byte("schema_version")
+	keyCreatedAt     = []byte("created_at")
+	keyCurrent       = []byte("current")
+	keyOpenTxn       = []byte("txn")
+)
+
+// Names of the version-0 (pre-release) layout.
+var bucketV0NodeState = []byte("nodestate")
+
+// migration takes a file from one schema version to the next, inside the
+// bbolt transaction tx. It must not commit or roll back tx.
+type migration struct {
+	name string
+	run  func(tx *bolt.Tx, now time.Time) error
+}
+
+// migrations[i] migrates version i to version i+1; len(migrations) must be
+// currentVersion (checked by a test).
+var migrations = []migration{
+	{name: "v0 to v1: versioned layout with transactions", run: migrateV0toV1},
+}
+
+// migrateV0toV1 creates the version-1 buckets and moves the pre-release
+// nodestate/current into state/current.
+func migrateV0toV1(tx *bolt.Tx, now time.Time) error {
+	var foreign []string
+	if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		if string(name) != string(bucketV0NodeState) {
+			foreign = append(foreign, string(name))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("not a stratum-upgrade journal: it has no meta bucket but has bucket(s) %q", foreign)
+	}
+	meta, err := tx.CreateBucket(bucketMeta)
+	if err != nil {
+		return err
+	}
+	if err := meta.Put(keyCreatedAt, []byte(now.UTC().Format(time.RFC3339Nano))); err != nil {
+		return err
+	}
+	for _, name := range [][]byte{bucketState, bucketTxns, bucketRecords, bucketOpen} {
+		if _, err := tx.CreateBucket(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	if old := tx.Bucket(bucketV0NodeState); old != nil {
+		if v := old.Get(keyCurrent); v != nil {
+			// Put keeps a reference to its value until commit; v points into
+			// a page of the bucket deleted below, so copy it.
+			if err := tx.Bucket(bucketState).Put(keyCurrent, clone(v)); err != nil {
+				return err
+			}
+		}
+		if err := tx.DeleteBucket(bucketV0NodeState); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readVersion returns the schema version of the file tx reads: 0 without a
+// meta bucket.
+func readVersion(tx *bolt.Tx) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0, nil
+	}
+	v := meta.Get(keySchemaVersion)
+	if len(v) != 8 {
+		return 0, fmt.Errorf("meta/%s is %d bytes, want 8: the file is damaged", keySchemaVersion, len(v))
+	}
+	n := binary.BigEndian.Uint64(v)
+	if n > 1<<31 {
+		return 0, fmt.Errorf("meta/%s is %d: the file is damaged", keySchemaVersion, n)
+	}
+	return int(n), nil
+}
+
+// migrate runs migrations from version from to currentVersion in tx.
+func migrate(tx *bolt.Tx, from int, now time.Time) error {
+	for v := from; v < currentVersion; v++ {
+		m := migrations[v]
+		if err := m.run(tx, now); err != nil {
+			return fmt.Errorf("migration %d (%s): %w", v, m.name, err)
+		}
+		if err := tx.Bucket(bucketMeta).Put(keySchemaVersion, u64(uint64(v+1))); err != nil {
+			return fmt.Errorf("migration %d (%s): set version: %w", v, m.name, err)
+		}
+	}
+	return nil
+}
+
+func u64(n uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, n)
+	return b
+}
+
+// clone copies b out of bbolt memory; nil stays nil.
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

@@ -1,0 +1,128 @@
+package journal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+// Phase is where an upgrade transaction stands.
+type Phase string
+
+// The phases of a transaction. Committed, rolled-back and rollback-failed
+// are terminal: a transaction in one of them is closed and never changes.
+const (
+	PhasePlanned        Phase = "planned"
+	PhaseSnapshotted    Phase = "snapshotted"
+	PhaseApplying       Phase = "applying"
+	PhaseVerifying      Phase = "verifying"
+	PhaseCommitted      Phase = "committed"
+	PhaseRollingBack    Phase = "rolling-back"
+	PhaseRolledBack     Phase = "rolled-back"
+	PhaseRollbackFailed Phase = "rollback-failed"
+)
+
+// Phases is every phase, in the order a transaction normally passes them.
+// Callers must not modify it.
+var Phases = []Phase{
+	PhasePlanned, PhaseSnapshotted, PhaseApplying, PhaseVerifying,
+	PhaseCommitted, PhaseRollingBack, PhaseRolledBack, PhaseRollbackFailed,
+}
+
+// Open reports whether a transaction in phase p is still open: every phase
+// but committed, rolled-back and rollback-failed. An unknown phase is not
+// open.
+func (p Phase) Open() bool {
+	switch p {
+	case PhasePlanned, PhaseSnapshotted, PhaseApplying, PhaseVerifying, PhaseRollingBack:
+		return true
+	}
+	return false
+}
+
+// Known reports whether p is one of Phases.
+func (p Phase) Known() bool {
+	for _, q := range Phases {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// Kinds of transaction.
+const (
+	KindUpgrade      = "upgrade"
+	KindRollbackLast = "rollback-last"
+)
+
+// Txn is one upgrade transaction as stored in the journal. Every value a
+// Journal returns is a fresh copy: modifying it changes nothing stored.
+type Txn struct {
+	// ID is sortable by start time, e.g. 20261202T130405Z-1a2b; assigned by Begin.
+	ID string `json:"id"`
+	// Kind is KindUpgrade or KindRollbackLast.
+	Kind  string `json:"kind"`
+	Phase Phase  `json:"phase"`
+	// Started is set by Begin, Updated by every write, Ended when the
+	// transaction reaches a terminal phase (zero while open).
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// From and To are the node state YAML before and after. Commit sets To
+	// to the state it commits.
+	From []byte `json:"from,omitempty"`
+	To   []byte `json:"to,omitempty"`
+	// Release is the release file as given.
+	Release []byte `json:"release,omitempty"`
+	// Changed is the components whose manifest changes, in roster order.
+	Changed     []string `json:"changed,omitempty"`
+	SnapshotDir string   `json:"snapshotDir,omitempty"`
+	// EtcdBackup is opaque to the journal (the engine stores JSON: path,
+	// hash, size, revision).
+	EtcdBackup []byte `json:"etcdBackup,omitempty"`
+	// Reason says why the transaction rolled back or failed.
+	Reason string `json:"reason,omitempty"`
+	// Detail is opaque to the journal (e.g. per-component state of a
+	// failed rollback).
+	Detail []byte `json:"detail,omitempty"`
+}
+
+// storedTxn is the value of txns/<id>: Txn plus the order of Begin.
+type storedTxn struct {
+	Txn
+	Seq uint64 `json:"seq"`
+}
+
+// Record is one journaled transition. Seq, Time and BootID are assigned by
+// the journal when the record is written; whatever the caller puts there is
+// overwritten.
+type Record struct {
+	// Seq numbers the records of one transaction 1, 2, ...
+	Seq uint64 `json:"seq"`
+	// Time is when the record was written.
+	Time time.Time `json:"time"`
+	// BootID is the boot id at the time the record was written.
+	BootID string `json:"bootID"`
+	// Phase is the phase the record belongs to. Empty means the phase the
+	// write that carries it sets.
+	Phase Phase `json:"phase"`
+	// Step is opaque to the journal: "mark", "written", "replaced",
+	// "active", "done", "restore", "etcd-restore", ...
+	Step      string `json:"step,omitempty"`
+	Component string `json:"component,omitempty"`
+	// ProcMark is the mark taken before a manifest write.
+	ProcMark *proc.Mark `json:"procMark,omitempty"`
+	// Stamp is the restarted-at value the engine chose.
+	Stamp string `json:"stamp,omitempty"`
+	Note  string `json:"note,omitempty"`
+}
+
+// checkPhase returns an error unless p is a known phase.
+func checkPhase(p Phase) error {
+	if !p.Known() {
+		return fmt.Errorf("unknown phase %q (known: %v)", p, Phases)
+	}
+	return nil
+}
