@@ -2,10 +2,58 @@
 // processes run a component, when each started, whether the component
 // answers, and waits on those facts with deadlines.
 //
+// # Identity
+//
 // A process's identity is (pid, start ticks), never a pid alone: a pid can be
 // reused, a start time in clock ticks since boot cannot within one boot.
-// A zombie or a process that vanished mid-scan is gone; a /proc that cannot
-// be read is unknown, reported as an error and never taken for gone.
+// Start ticks are field 22 of /proc/<pid>/stat, parsed after the LAST ')' of
+// the line because the comm field before it may itself hold spaces and ')'.
+//
+// A process runs a component when the base name of its argv[0] (the bytes of
+// /proc/<pid>/cmdline up to the first NUL) equals the component's binary name.
+// The rule is deliberately loose: it does not look at /proc/<pid>/exe, so an
+// image's entrypoint that has no path on the host is still found, under
+// whatever directory argv[0] names. A process that rewrote its argv keeps
+// whatever it wrote.
+//
+// # Gone versus unknown
+//
+// A process that vanished mid-scan (its /proc entry is absent, or reads fail
+// with ESRCH), a zombie (state Z) and a dead task (state X) are gone: they no
+// longer run anything and are never listed. Anything else that stops a read —
+// the proc root itself missing or not a directory, a permission error on any
+// entry, an unexpected file shape — is unknown: it is returned as an error and
+// never taken for gone, so a caller waiting for a process to exit cannot be
+// told it has when the process table simply could not be read. A procfs
+// mounted with hidepid=invisible hides other users' processes without any
+// error; run as root (as the product does) or without hidepid.
+//
+// # Marks
+//
+// A [Mark] is a moment on this node: the clock ticks since boot from
+// /proc/uptime (centiseconds, floored, which is clock ticks at USER_HZ=100,
+// the value on every Linux architecture the product runs on; /proc/<pid>/stat
+// reports start times in the same unit from the same boot-time clock) and the
+// boot id from /proc/sys/kernel/random/boot_id.
+//
+// A process started in the mark's own tick counts as started BEFORE the mark:
+// stale means start ticks <= Mark.Ticks. Ticks are 10 ms wide, and the
+// ordering of a process start and a mark within one tick cannot be known, so
+// the rule is conservative: kubelet takes far longer than a tick to start a
+// pod from a manifest written after the mark.
+//
+// Ticks restart at boot. When a mark's boot id differs from the current boot
+// id, every running process counts as started after the mark.
+//
+// # Scanners
+//
+// A [Scanner] reads one procfs mount. [Host] scans the host's /proc, and the
+// package-level functions are conveniences on it. [Scanner.Within] scopes a
+// scanner to one process and its descendants, judged by each candidate's
+// current parent chain (field 4 of stat): tests and the kubelet stand-in scope
+// their scans to their own process tree so that processes of the same name
+// elsewhere on the machine never count. An orphan reparented to init (or to a
+// subreaper outside the scope) falls out of the scope.
 package proc
 
 // Target says how to find and check one component on this node. It is

@@ -1,0 +1,108 @@
+package proc
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// requestTimeout bounds one health request: a component that takes longer
+// to answer its local health endpoint does not count as answering.
+const requestTimeout = 2 * time.Second
+
+// healthClient makes the health requests. Localhost serving certificates are
+// self-signed, so the chain is not verified (the check is of liveness, not
+// of identity: the endpoint is on the node's own loopback). No proxy is
+// taken from the environment. Keep-alives are off so a connection to a
+// process that has since died is never reused and a new process is always
+// the one asked.
+var healthClient = &http.Client{
+	Transport: &http.Transport{
+		Proxy:             nil,
+		DialContext:       (&net.Dialer{Timeout: requestTimeout}).DialContext,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+		DisableKeepAlives: true,
+		ForceAttemptHTTP2: false,
+	},
+	// A redirect is an answer; following it could leave localhost.
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+// HasListener reports whether t has a health endpoint Active can ask
+// (t.Health is set). A component without one (kube-vip) is active when
+// running.
+func HasListener(t Target) bool { return t.Health != "" }
+
+// Active reports whether t answers now. With a health endpoint: one GET to
+// t.Health returns a 2xx status within a short per-request timeout (2 s, or
+// less if ctx ends sooner). Without one: Running. Any failure, an unreadable
+// /proc included, is false; WaitActive reports why.
+func (s *Scanner) Active(ctx context.Context, t Target) bool {
+	return s.answer(ctx, t) == nil
+}
+
+// answer is Active with the reason it is false.
+func (s *Scanner) answer(ctx context.Context, t Target) error {
+	if !HasListener(t) {
+		ok, err := s.Running(t)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("no process of %s is running", t.Binary)
+		}
+		return nil
+	}
+	return probe(ctx, t.Health)
+}
+
+// probe makes one health request to url: nil for a 2xx answer, otherwise
+// the failure, with an excerpt of the body of a non-2xx answer.
+func probe(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("health endpoint %q: %w", url, err)
+	}
+	resp, err := healthClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return nil
+	}
+	const excerpt = 256
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, excerpt+1))
+	text := strings.TrimSpace(strings.ToValidUTF8(string(body), "?"))
+	if len(body) > excerpt {
+		text = strings.ToValidUTF8(text[:min(len(text), excerpt)], "") + "..."
+	}
+	if text == "" {
+		return fmt.Errorf("GET %s: HTTP %s", url, resp.Status)
+	}
+	return fmt.Errorf("GET %s: HTTP %s: %q", url, resp.Status, text)
+}
+
+// WaitActive polls Active until it holds, or timeout passes or ctx ends:
+// the first check at once, then after 10 ms doubling up to 250 ms. It
+// returns nil once t answers. Otherwise the error says "waiting for <name>
+// to answer on <url>" (or, without a health endpoint, "to run") and gives
+// the last failure: the connection error, or the HTTP status with an excerpt
+// of the body.
+func (s *Scanner) WaitActive(ctx context.Context, t Target, timeout time.Duration) error {
+	what := fmt.Sprintf("%s to answer on %s", t.Name, t.Health)
+	if !HasListener(t) {
+		what = fmt.Sprintf("%s to run (it has no health endpoint)", t.Name)
+	}
+	return waitFor(ctx, what, timeout, func(ctx context.Context) (bool, error) {
+		err := s.answer(ctx, t)
+		return err == nil, err
+	}, sleep)
+}
