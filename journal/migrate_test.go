@@ -1,0 +1,139 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// writeV0 writes a pre-release (version 0) journal: bucket nodestate, key
+// current, no meta. A nil state writes the bucket empty.
+func writeV0(t testing.TB, path string, state []byte) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	must(t, err)
+	must(t, db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket(bucketV0NodeState)
+		if err != nil || state == nil {
+			return err
+		}
+		return b.Put(keyCurrent, state)
+	}))
+	must(t, db.Close())
+}
+
+func TestMigrationsTable(t *testing.T) {
+	if len(migrations) != currentVersion {
+		t.Fatalf("%d migrations for schema version %d: migrations[i] must take version i to i+1", len(migrations), currentVersion)
+	}
+	for i, m := range migrations {
+		if m.name == "" || m.run == nil {
+			t.Errorf("migration %d has no name or no function", i)
+		}
+	}
+}
+
+func TestMigrateV0(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stratum.db")
+	yaml, err := testState(t, "v1.34.4").Marshal()
+	must(t, err)
+	writeV0(t, path, yaml)
+
+	created := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
+	j, err := Open(path, Options{Now: func() time.Time { return created }})
+	must(t, err)
+	if v, err := j.SchemaVersion(); err != nil || v != 1 {
+		t.Errorf("SchemaVersion() after migration = %d, %v", v, err)
+	}
+	st, err := j.NodeState()
+	must(t, err)
+	if !reflect.DeepEqual(st, testState(t, "v1.34.4")) {
+		t.Errorf("migrated node state = %+v", st)
+	}
+	// The migrated file is a working journal.
+	txn, err := j.Begin(Txn{Kind: KindUpgrade})
+	must(t, err)
+	must(t, j.Commit(txn.ID, testState(t, "v1.34.5")))
+	must(t, j.Close())
+
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	must(t, err)
+	defer db.Close()
+	must(t, db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketV0NodeState) != nil {
+			t.Error("the v0 bucket nodestate is still there")
+		}
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			t.Fatal("no meta bucket")
+		}
+		if v := meta.Get(keySchemaVersion); len(v) != 8 || binary.BigEndian.Uint64(v) != 1 {
+			t.Errorf("meta/schema_version = %x, want 8-byte big-endian 1", v)
+		}
+		if v := string(meta.Get(keyCreatedAt)); v != created.Format(time.RFC3339Nano) {
+			t.Errorf("meta/created_at = %q", v)
+		}
+		for _, b := range [][]byte{bucketState, bucketTxns, bucketRecords, bucketOpen} {
+			if tx.Bucket(b) == nil {
+				t.Errorf("bucket %s missing", b)
+			}
+		}
+		return nil
+	}))
+}
+
+func TestMigrateV0Empty(t *testing.T) {
+	for name, setup := range map[string]func(t *testing.T, path string){
+		"empty v0 bucket": func(t *testing.T, path string) { writeV0(t, path, nil) },
+		"zero-byte file":  func(t *testing.T, path string) { must(t, os.WriteFile(path, nil, 0o600)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "stratum.db")
+			setup(t, path)
+			j := openTest(t, path, Options{})
+			if v, err := j.SchemaVersion(); err != nil || v != 1 {
+				t.Errorf("SchemaVersion() = %d, %v", v, err)
+			}
+			if _, err := j.NodeState(); !errors.Is(err, ErrNoState) {
+				t.Errorf("NodeState() = %v, want ErrNoState", err)
+			}
+		})
+	}
+}
+
+// TestMigrationFailureIsAtomic makes the last step of a migration fail and
+// checks that none of its earlier writes were kept.
+func TestMigrationFailureIsAtomic(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stratum.db")
+	yaml, err := testState(t, "v1.34.4").Marshal()
+	must(t, err)
+	writeV0(t, path, yaml)
+	before := readFile(t, path)
+
+	saved := migrations
+	t.Cleanup(func() { migrations = saved })
+	migrations = []migration{{name: "fails after writing", run: func(tx *bolt.Tx, now time.Time) error {
+		if err := migrateV0toV1(tx, now); err != nil {
+			return err
+		}
+		return errors.New("injected failure")
+	}}}
+	if _, err := Open(path, Options{}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("injected failure")) {
+		t.Fatalf("Open with a failing migration: %v", err)
+	}
+	if !bytes.Equal(before, readFile(t, path)) {
+		t.Error("a failed migration changed the file")
+	}
+	migrations = saved
+	j := openTest(t, path, Options{})
+	if st, err := j.NodeState(); err != nil || st.KubernetesVersion != "v1.34.4" {
+		t.Errorf("after a failed then a good migration: %v, %v", st, err)
+	}
+}
