@@ -613,23 +613,20 @@ func schedulerPod(st *nodestate.NodeState) *corev1.Pod {
 	})
 }
 
-// defaultKubeVIPConfig is where kube-vip looks for its kubeconfig unless
-// told otherwise.
-const defaultKubeVIPConfig = "/etc/kubernetes/admin.conf"
-
 // kubeVIPPod is kube-vip's control-plane static pod in ARP mode with
 // leader election, as `kube-vip manifest pod --arp --controlplane
-// --leaderElection` renders it, minus the metrics server (no listener).
+// --leaderElection` renders it, minus the metrics server, so it has no
+// listener. It reads <KubeconfigDir>/admin.conf, named explicitly.
 func kubeVIPPod(st *nodestate.NodeState) *corev1.Pod {
 	cidr := "32"
 	if ip := net.ParseIP(st.VIP.Address); ip != nil && ip.To4() == nil {
 		cidr = "128"
 	}
 	kubeconfig := filepath.Join(st.KubeconfigDir, "admin.conf")
-	cmdArgs := []string{"manager"}
-	if kubeconfig != defaultKubeVIPConfig {
-		cmdArgs = append(cmdArgs, "--k8sConfigPath="+kubeconfig)
-	}
+	// An empty prometheus_server env does not turn the metrics server off
+	// (kube-vip applies the variable only when it is non-empty, over the
+	// flag's ":2112" default); the empty flag does.
+	cmdArgs := []string{"manager", "--k8sConfigPath=" + kubeconfig, "--prometheusHTTPServer="}
 	env := []corev1.EnvVar{
 		{Name: "vip_arp", Value: "true"},
 		{Name: "port", Value: strconv.Itoa(st.Ports.APIServer)},
