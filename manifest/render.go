@@ -1,3 +1,12 @@
+// Package manifest renders and stores the control-plane static pod
+// manifests of one node.
+//
+// The render half (Render, Encode, DerivedFiles, Target) is pure: a
+// nodestate.NodeState plus the Profile file contents LoadProfile read give
+// the same bytes every time, kubeadm's layout and flags, with every hostPath
+// mounted at its own path so argv is valid on the host as well. The store
+// half writes those bytes into the kubelet's staticPodPath as its sole
+// writer.
 package manifest
 
 import (
