@@ -105,6 +105,24 @@ func TestDecodePodRejects(t *testing.T) {
 	}
 }
 
+// TestDecodePodAcceptsKubeadmOutput: kubeadm's manifests carry
+// creationTimestamp: null and status: {}; a strict decode must take them.
+func TestDecodePodAcceptsKubeadmOutput(t *testing.T) {
+	st := loadState(t, "default")
+	good := string(encode(t, renderPod(t, st, Profile{}, nodestate.Etcd, "")))
+	doc := strings.Replace(good, "metadata:\n", "metadata:\n  creationTimestamp: null\n", 1)
+	if doc == good || !strings.Contains(doc, "status: {}") {
+		t.Fatal("edit did not apply")
+	}
+	pod, err := DecodePod([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(encode(t, pod), []byte(good)) {
+		t.Error("kubeadm-style manifest does not re-encode to the render")
+	}
+}
+
 func TestNamesForIsFresh(t *testing.T) {
 	st := loadState(t, "default-vip")
 	want := slices.Clone(NamesFor(st))
