@@ -5,7 +5,10 @@
 // Every write is one bbolt read-write transaction, committed before the
 // method returns; bbolt's commit fsyncs the file (NoSync is never set), so
 // when a write method returns nil the change survives a crash or power
-// loss, and when it returns an error nothing of it was stored. The engine
+// loss. When it is refused (closed transaction, bad phase, invalid state,
+// ...) nothing was stored. Only an error from the commit itself (an I/O or
+// fsync failure, reported as "commit: ...") leaves it unknown whether the
+// change reached the disk; reopen the journal and read it back. The engine
 // records each transition before it acts on it; Append and Update take the
 // records of "step i done" and "step i+1 started" together so a step costs
 // one commit.
