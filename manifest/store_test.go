@@ -408,4 +408,3 @@ func TestStopWaitsForTheProcess(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
