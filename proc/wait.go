@@ -82,9 +82,9 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, c check, p
 	}
 	elapsed := time.Since(start).Round(time.Millisecond)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("waiting for %s: timed out after %s (%w): %w", what, elapsed, ctx.Err(), why)
+		return fmt.Errorf("waiting for %s: timed out after %s (%w); last failure: %w", what, elapsed, ctx.Err(), why)
 	}
-	return fmt.Errorf("waiting for %s: stopped after %s (%w): %w", what, elapsed, ctx.Err(), why)
+	return fmt.Errorf("waiting for %s: stopped after %s (%w); last failure: %w", what, elapsed, ctx.Err(), why)
 }
 
 // WaitReplaced waits until Replaced(t, m) is done: once a changed manifest
