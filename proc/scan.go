@@ -89,15 +89,17 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 		return nil, fmt.Errorf("list %s processes: %w", want, err)
 	}
 	var (
-		out  []Process
-		buf  = make([]byte, 4096)
-		tree = s.newAncestry()
+		out     []Process
+		buf     = make([]byte, 4096)
+		tree    = s.newAncestry()
+		skipped bool // an entry vanished: check the table is still there
 	)
 	for _, pid := range pids {
 		var arg0 []byte
 		arg0, buf, err = s.argv0(pid, buf)
 		if err != nil {
 			if isGone(err) {
+				skipped = true
 				continue
 			}
 			return nil, fmt.Errorf("list %s processes: %w", want, err)
@@ -108,6 +110,7 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 		st, err := s.readStat(pid, buf)
 		if err != nil {
 			if isGone(err) {
+				skipped = true
 				continue
 			}
 			return nil, fmt.Errorf("list %s processes: %w", want, err)
@@ -121,6 +124,11 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 		}
 		if in {
 			out = append(out, Process{PID: pid, StartTicks: st.ticks})
+		}
+	}
+	if skipped {
+		if err := s.present(); err != nil {
+			return nil, fmt.Errorf("list %s processes: %w", want, err)
 		}
 	}
 	slices.SortFunc(out, func(a, b Process) int { return a.PID - b.PID })
@@ -138,9 +146,8 @@ func (s *Scanner) StartTicks(pid int) (ticks uint64, alive bool, err error) {
 		if !isGone(err) {
 			return 0, false, err
 		}
-		// An absent entry is a gone process only in a table that is there.
-		if _, rerr := os.Stat(s.root + "/uptime"); rerr != nil {
-			return 0, false, fmt.Errorf("start ticks of pid %d: proc root %s unreadable: %w", pid, s.root, rerr)
+		if err := s.present(); err != nil {
+			return 0, false, fmt.Errorf("start ticks of pid %d: %w", pid, err)
 		}
 		return 0, false, nil
 	}
@@ -167,6 +174,16 @@ func (s *Scanner) Running(t Target) (bool, error) {
 		return false, fmt.Errorf("is %s running: %w", t.Name, err)
 	}
 	return len(ps) > 0, nil
+}
+
+// present checks that the process table is still there, for an absent
+// entry is a gone process only in a table that is: a procfs unmounted (or a
+// fake root removed) mid-scan makes every entry absent.
+func (s *Scanner) present() error {
+	if _, err := os.Stat(s.root + "/uptime"); err != nil {
+		return fmt.Errorf("proc root %s unreadable: %w", s.root, err)
+	}
+	return nil
 }
 
 // list returns the pids in the process table (numeric entries of root).
