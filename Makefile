@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       := bin
 CACHE     ?= $(HOME)/.cache/stratum-upgrade
-STATICCHECK_VERSION := 2025.1.1
+STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
 .PHONY: help build test lint demo bench torture clean

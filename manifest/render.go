@@ -73,9 +73,10 @@ const (
 	terminationGracePeriodSecond = 30
 )
 
-// kubeVIPCommand is kube-vip's argv[0]. The upstream image keeps the binary
-// at /kube-vip with no PATH entry for it; see the package notes.
-const kubeVIPCommand = "kube-vip"
+// kubeVIPCommand is kube-vip's argv[0]. The upstream image is FROM scratch
+// and keeps the binary at /kube-vip with no PATH, so the command must be the
+// absolute path; proc's argv[0]-basename rule still finds "kube-vip".
+const kubeVIPCommand = "/kube-vip"
 
 // cisTLSCipherSuites is the CIS benchmark's strong cipher list (1.2.x).
 var cisTLSCipherSuites = strings.Join([]string{

@@ -510,10 +510,10 @@ func TestSpecOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(spec.Command, []string{"kube-vip"}) {
+	if !reflect.DeepEqual(spec.Command, []string{"/kube-vip"}) {
 		t.Errorf("Command = %v", spec.Command)
 	}
-	if !reflect.DeepEqual(spec.Argv, []string{"kube-vip", "manager", "--k8sConfigPath=/etc/kubernetes/admin.conf", "--prometheusHTTPServer="}) {
+	if !reflect.DeepEqual(spec.Argv, []string{"/kube-vip", "manager", "--k8sConfigPath=/etc/kubernetes/admin.conf", "--prometheusHTTPServer="}) {
 		t.Errorf("Argv = %v", spec.Argv)
 	}
 	for k, v := range map[string]string{"vip_arp": "true", "port": "6443", "vip_interface": "eth0", "address": "192.168.10.20", "cp_enable": "true", "vip_leaderelection": "true", "vip_nodename": "cp-1"} {
@@ -527,7 +527,7 @@ func TestSpecOf(t *testing.T) {
 	// The spec is a copy: editing it leaves the pod alone.
 	spec.Argv[0] = "changed"
 	spec.Command[0] = "changed"
-	if vip.Spec.Containers[0].Command[0] != "kube-vip" {
+	if vip.Spec.Containers[0].Command[0] != "/kube-vip" {
 		t.Error("SpecOf aliases the pod's command")
 	}
 

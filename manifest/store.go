@@ -575,11 +575,18 @@ func (s *Store) RestartAsIs(name, stamp string) (changed bool, err error) {
 }
 
 // SetRestartedAt returns manifest b with its restarted-at annotation set to
-// stamp, every other field as decoded from b.
+// stamp (removed when stamp is ""), every other field as decoded from b.
 func SetRestartedAt(b []byte, stamp string) ([]byte, error) {
 	pod, err := DecodePod(b)
 	if err != nil {
 		return nil, err
+	}
+	if stamp == "" {
+		delete(pod.Annotations, RestartedAtAnnotation)
+		if len(pod.Annotations) == 0 {
+			pod.Annotations = nil
+		}
+		return Encode(pod)
 	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}

@@ -408,3 +408,17 @@ func TestStopWaitsForTheProcess(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestSetRestartedAtEmptyRemoves(t *testing.T) {
+	st := tempState(t, "default")
+	for _, comp := range NamesFor(st) {
+		plain := must(RenderBytes(st, Profile{}, comp, ""))
+		stamped := must(SetRestartedAt(plain, "2026-01-01T00:00:00Z"))
+		if string(stamped) != string(must(RenderBytes(st, Profile{}, comp, "2026-01-01T00:00:00Z"))) {
+			t.Errorf("%s: SetRestartedAt differs from rendering with the stamp", comp)
+		}
+		if back := must(SetRestartedAt(stamped, "")); string(back) != string(plain) {
+			t.Errorf("%s: SetRestartedAt(\"\") does not give back the unstamped render", comp)
+		}
+	}
+}
