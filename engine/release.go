@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// ReleaseKind and ReleaseAPIVersion identify a release document.
+const (
+	ReleaseAPIVersion = "stratum.ciq.com/v1"
+	ReleaseKind       = "Release"
+)
+
+// Release is what an upgrade moves a node to: a Kubernetes version and the
+// image of each component it changes. A component the release does not name
+// keeps its image. A release may name kube-vip for a node without a VIP (a
+// release is cluster-wide); that image is then unused.
+type Release struct {
+	APIVersion        string            `json:"apiVersion"`
+	Kind              string            `json:"kind"`
+	KubernetesVersion string            `json:"kubernetesVersion"`
+	Images            map[string]string `json:"images"`
+}
+
+var releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
+
+// ParseRelease strictly decodes and validates a release document. An unknown
+// field, an unknown component, an empty image or a malformed version is an
+// error that names it.
+func ParseRelease(b []byte) (*Release, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errors.New("release: empty document")
+	}
+	var r Release
+	if err := yaml.UnmarshalStrict(b, &r); err != nil {
+		return nil, fmt.Errorf("release: %w", err)
+	}
+	var problems []string
+	if r.APIVersion != ReleaseAPIVersion || r.Kind != ReleaseKind {
+		problems = append(problems, fmt.Sprintf("apiVersion/kind must be %s/%s, got %q/%q", ReleaseAPIVersion, ReleaseKind, r.APIVersion, r.Kind))
+	}
+	if !releaseVersion.MatchString(r.KubernetesVersion) {
+		problems = append(problems, fmt.Sprintf("kubernetesVersion: must look like v1.34.5, got %q", r.KubernetesVersion))
+	}
+	if len(r.Images) == 0 {
+		problems = append(problems, "images: required: name the image of at least one component")
+	}
+	names := make([]string, 0, len(r.Images))
+	for n := range r.Images {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if !manifest.IsName(n) {
+			problems = append(problems, fmt.Sprintf("images.%s: unknown component %q (known: %s)", n, n, strings.Join(manifest.Names, ", ")))
+		} else if strings.TrimSpace(r.Images[n]) == "" {
+			problems = append(problems, fmt.Sprintf("images.%s: empty image reference", n))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("release: %s", strings.Join(problems, "; "))
+	}
+	return &r, nil
+}
+
+// LoadRelease reads and parses the release file at path.
+func LoadRelease(path string) (*Release, []byte, error) {
+	b, _, err := fsutil.ReadRegular(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("release %s: %w", path, err)
+	}
+	r, err := ParseRelease(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, b, nil
+}
+
+// Apply returns the node state st upgraded to r, validated. st is unchanged.
+func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
+	to := st.Clone()
+	to.KubernetesVersion = r.KubernetesVersion
+	roster := manifest.NamesFor(st)
+	for n, img := range r.Images {
+		if contains(roster, n) {
+			to.Images[n] = img
+		}
+	}
+	if err := to.Validate(); err != nil {
+		return nil, fmt.Errorf("release applied to the node state: %w", err)
+	}
+	return to, nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
