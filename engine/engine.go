@@ -572,16 +572,16 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 // step writes comp's target manifest and waits for kubelet to act on it.
 func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string, m proc.Mark, stamp string) error {
 	t0 := time.Now()
-	st := r.to
+	st, point := r.to, ""
 	if p == journal.PhaseRollingBack {
-		st = r.from
+		st, point = r.from, "rollback-"
 	}
-	fault.Hit("before-write:" + comp)
+	fault.Hit(point + "before-write:" + comp)
 	if err := e.writeTarget(r, p, comp, stamp); err != nil {
 		return err
 	}
 	e.event(r.txn.ID, p, "write", comp, "", "wrote "+comp+" manifest")
-	fault.Hit("after-write:" + comp)
+	fault.Hit(point + "after-write:" + comp)
 	t, err := manifest.Target(st, comp)
 	if err != nil {
 		return err
@@ -590,7 +590,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
-	fault.Hit("after-replaced:" + comp)
+	fault.Hit(point + "after-replaced:" + comp)
 	e.event(r.txn.ID, p, "wait-active", comp, comp+" to answer "+describeHealth(t), "waiting for the new "+comp+" to answer")
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)

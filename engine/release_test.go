@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+func TestParseRelease(t *testing.T) {
+	cases := []struct {
+		file, want string
+	}{
+		{"v1.34.5.yaml", ""},
+		{"v1.34.5-no-etcd.yaml", ""},
+		{"malformed.yaml", "release:"},
+		{"unknown-component.yaml", `images.kube-proxy: unknown component "kube-proxy"`},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			_, _, err := LoadRelease(filepath.Join("..", "testdata", "releases", c.file))
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.file) {
+				t.Fatalf("error %v, want one naming the file and containing %q", err, c.want)
+			}
+		})
+	}
+	for doc, want := range map[string]string{
+		"":                         "empty",
+		"apiVersion: x\nkind: y\n": "apiVersion/kind",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: 1.34\nimages: {etcd: e}\n":  "kubernetesVersion",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {}\n":       "images: required",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: ''}": "empty image",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimagez: {}\n":       "unknown field",
+	} {
+		if _, err := ParseRelease([]byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseRelease(%q) = %v, want %q", doc, err, want)
+		}
+	}
+}
+
+// planNode is a rendered manifest directory and a journal holding its
+// state, with no kubelet: enough for everything that refuses before acting.
+func planNode(t *testing.T, state string) (*Engine, *manifest.Store, *journal.Journal, *nodestate.NodeState) {
+	t.Helper()
+	root := t.TempDir()
+	st, err := nodestate.Load(filepath.Join("..", "testdata", "states", state+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.ConfigDir = filepath.Join(root, "config")
+	store, err := manifest.Create(filepath.Join(root, "manifests"), manifest.Options{Scanner: proc.Host().Within(os.Getpid())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.WriteAll(st); err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(filepath.Join(root, "state", "stratum.db"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	if err := j.PutNodeState(st); err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Journal: j, Store: store, Snapshots: filepath.Join(root, "state", "snapshots")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, store, j, st
+}
+
+func TestPlan(t *testing.T) {
+	e, store, _, st := planNode(t, "default-vip")
+	rel, _, err := LoadRelease(filepath.Join("..", "testdata", "releases", "v1.34.5-no-etcd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := e.Plan(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(plan.Changed(), ","); got != "kube-apiserver,kube-controller-manager,kube-scheduler" {
+		t.Fatalf("changed %s", got)
+	}
+	if plan.To.Images[nodestate.Etcd] != st.Images[nodestate.Etcd] || plan.To.KubernetesVersion != "v1.34.5" {
+		t.Fatalf("plan state: %v %s", plan.To.Images, plan.To.KubernetesVersion)
+	}
+	for _, c := range plan.Changes {
+		if !strings.Contains(string(c.After), rel.Images[c.Component]) || string(c.Before) != string(must(store.Read(c.Component))) {
+			t.Errorf("%s: change does not go from disk to the release image", c.Component)
+		}
+	}
+	// A release the node is already at is refused.
+	same := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: st.KubernetesVersion, Images: map[string]string{nodestate.Scheduler: st.Images[nodestate.Scheduler]}}
+	if _, err := e.Plan(same); !errors.Is(err, ErrNothingToDo) {
+		t.Fatalf("no-op plan: %v", err)
+	}
+}
+
+func TestRunRefusesWithNothingWritten(t *testing.T) {
+	e, store, j, st := planNode(t, "default-vip")
+	before := snapshotFiles(t, store.Dir())
+	same := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: st.KubernetesVersion, Images: map[string]string{nodestate.Etcd: st.Images[nodestate.Etcd]}}
+	if _, err := e.Run(t.Context(), same, nil); !errors.Is(err, ErrNothingToDo) {
+		t.Fatalf("Run of a no-op: %v", err)
+	}
+	// An open transaction refuses a second run.
+	if _, err := j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: must(st.Marshal()), To: must(st.Marshal())}); err != nil {
+		t.Fatal(err)
+	}
+	rel, _, _ := LoadRelease(filepath.Join("..", "testdata", "releases", "v1.34.5-no-etcd.yaml"))
+	_, err := e.Run(t.Context(), rel, nil)
+	if !errors.Is(err, journal.ErrTxnOpen) || !strings.Contains(err.Error(), "resume") {
+		t.Fatalf("Run with an open transaction: %v", err)
+	}
+	if after := snapshotFiles(t, store.Dir()); after != before {
+		t.Fatal("a refused run changed the manifest dir")
+	}
+}
+
+func snapshotFiles(t *testing.T, dir string) string {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	var b strings.Builder
+	for _, e := range entries {
+		data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		b.WriteString(e.Name() + "\n" + string(data))
+	}
+	return b.String()
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
