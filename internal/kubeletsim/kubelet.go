@@ -168,11 +168,11 @@ func New(cfg Config) (*Kubelet, error) {
 		return nil, errors.New("kubelet stand-in: an image map (ImageMapFile or Images) is required")
 	}
 	return &Kubelet{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		store:   map[string]*SourcePod{},
-		fileKey: map[string]string{},
-		pods:    map[string]*pod{},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		store:     map[string]*SourcePod{},
+		fileKey:   map[string]string{},
+		pods:      map[string]*pod{},
 		changed:   make(chan struct{}),
 		relistNow: make(chan chan struct{}),
 	}, nil
