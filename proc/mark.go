@@ -59,6 +59,9 @@ func parseUptime(b []byte) (uint64, error) {
 }
 
 func (s *Scanner) bootID() (string, error) {
+	if s.bootIDOverride != "" {
+		return s.bootIDOverride, nil
+	}
 	name := s.root + "/sys/kernel/random/boot_id"
 	b, err := os.ReadFile(name)
 	if err != nil {

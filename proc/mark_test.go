@@ -256,3 +256,27 @@ func waitTickAfter(t *testing.T, m Mark) {
 	}
 	t.Fatalf("clock did not pass tick %d", m.Ticks)
 }
+
+func TestWithBootIDMakesEveryProcessNew(t *testing.T) {
+	name := uniqueName(t, "reboot")
+	startHelper(t, name, "sleep")
+	s := self()
+	m, err := s.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := Target{Name: name, Binary: name}
+	if done, stale, err := s.Replaced(tg, m); err != nil || done || len(stale) != 1 {
+		t.Fatalf("before the simulated reboot: done %v stale %v err %v", done, stale, err)
+	}
+	rebooted := s.WithBootID("00000000-0000-0000-0000-00000000beef")
+	m2, err := rebooted.Mark()
+	if err != nil || m2.BootID != "00000000-0000-0000-0000-00000000beef" {
+		t.Fatalf("Mark after WithBootID: %+v %v", m2, err)
+	}
+	// The mark was taken in "another boot": the process that predates it
+	// counts as new.
+	if done, stale, err := rebooted.Replaced(tg, m); err != nil || !done || len(stale) != 0 {
+		t.Fatalf("after the simulated reboot: done %v stale %v err %v", done, stale, err)
+	}
+}

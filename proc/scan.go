@@ -25,6 +25,19 @@ type Scanner struct {
 	// live is true when root is the procfs of this process's own pid
 	// namespace, so its pids can be handed to pidfd_open.
 	live bool
+	// bootIDOverride, when set by WithBootID, replaces the boot id read
+	// from root.
+	bootIDOverride string
+}
+
+// WithBootID returns a copy of s that reports id as the current boot id
+// instead of reading it. It exists for reboot simulations: after every
+// component was killed and started again, a resume that sees a new boot id
+// must treat every process as new, exactly as after a real reboot.
+func (s *Scanner) WithBootID(id string) *Scanner {
+	c := *s
+	c.bootIDOverride = id
+	return &c
 }
 
 // NewScanner returns a Scanner reading the procfs mounted at root ("/proc"
