@@ -1,0 +1,194 @@
+// Package etcdbuild provides real etcd binaries for the test bed: etcd's own
+// server main built from the go.etcd.io/etcd/server/v3 module at a pinned
+// version (the nested modules under internal/tools/etcd3*), cached so that a
+// rerun does not rebuild.
+//
+// A binary lives at <cache>/etcd-<module version>/etcd, where <cache> is
+// $STRATUM_CACHE or, unset, $HOME/.cache/stratum-upgrade. It is built to a
+// temporary name and renamed into place, under an exclusive lock file, so
+// concurrent test processes build it once and never run a partial binary.
+package etcdbuild
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Build is one buildable etcd.
+type Build struct {
+	// Minor is the etcd minor version, "3.5" or "3.6".
+	Minor string
+	// ModuleVersion is the go.etcd.io/etcd/server/v3 version in the tool
+	// module's go.mod.
+	ModuleVersion string
+	// Image is the image reference the test bed maps to this binary: the
+	// kubeadm image of the same etcd version.
+	Image string
+	// ToolDir is the tool module, relative to the repository root.
+	ToolDir string
+}
+
+// Builds is every etcd the test bed can run, oldest first. An upgrade test
+// goes from Builds[0] to Builds[1].
+var Builds = []Build{
+	{Minor: "3.5", ModuleVersion: "v3.5.21", Image: "registry.k8s.io/etcd:3.5.21-0", ToolDir: "internal/tools/etcd35"},
+	{Minor: "3.6", ModuleVersion: "v3.6.5", Image: "registry.k8s.io/etcd:3.6.5-0", ToolDir: "internal/tools/etcd36"},
+}
+
+// BuildTimeout bounds one go build of etcd (about a minute with a warm
+// module cache on 2 cores, several from cold).
+const BuildTimeout = 15 * time.Minute
+
+// Lookup finds the Build for version, which may be a minor ("3.5"), a
+// module version ("v3.5.21", "3.5.21") or an image reference.
+func Lookup(version string) (Build, error) {
+	v := strings.TrimPrefix(version, "v")
+	for _, b := range Builds {
+		if v == b.Minor || v == strings.TrimPrefix(b.ModuleVersion, "v") || version == b.Image {
+			return b, nil
+		}
+	}
+	known := make([]string, len(Builds))
+	for i, b := range Builds {
+		known[i] = b.Minor + " (" + b.ModuleVersion + ", " + b.Image + ")"
+	}
+	return Build{}, fmt.Errorf("etcd %q: no such build (known: %s)", version, strings.Join(known, "; "))
+}
+
+// CacheDir is $STRATUM_CACHE, or $HOME/.cache/stratum-upgrade.
+func CacheDir() (string, error) {
+	if d := os.Getenv("STRATUM_CACHE"); d != "" {
+		return d, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("etcd build cache: set STRATUM_CACHE: %w", err)
+	}
+	return filepath.Join(home, ".cache", "stratum-upgrade"), nil
+}
+
+// Binary returns the path of the etcd binary for version (see Lookup),
+// building it first if the cache does not hold it. The returned file is
+// complete and executable. On error nothing is left at the returned path.
+func Binary(version string) (string, error) {
+	b, err := Lookup(version)
+	if err != nil {
+		return "", err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "etcd-"+b.ModuleVersion)
+	bin := filepath.Join(dir, "etcd")
+	if ok, err := executable(bin); err != nil || ok {
+		return bin, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("etcd build cache: %w", err)
+	}
+	unlock, err := lock(filepath.Join(dir, "build.lock"), BuildTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if ok, err := executable(bin); err != nil || ok { // built while we waited
+		return bin, err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".etcd-%d.tmp", os.Getpid()))
+	defer os.Remove(tmp)
+	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, ".")
+	cmd.Dir = filepath.Join(root, b.ToolDir)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build etcd %s in %s (timeout %s): %w\n%s", b.ModuleVersion, cmd.Dir, BuildTimeout, err, out)
+	}
+	ver, err := exec.Command(tmp, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("built etcd %s does not run: %w", b.ModuleVersion, err)
+	}
+	if want := "etcd Version: " + strings.TrimPrefix(b.ModuleVersion, "v"); !strings.Contains(string(ver), want) {
+		return "", fmt.Errorf("built etcd reports %q, want %q", strings.TrimSpace(string(ver)), want)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", fmt.Errorf("etcd build cache: %w", err)
+	}
+	return bin, nil
+}
+
+func executable(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("etcd build cache: %w", err)
+	}
+	return fi.Mode().IsRegular() && fi.Mode()&0o111 != 0, nil
+}
+
+// lock takes an exclusive flock on path, waiting at most timeout.
+func lock(path string, timeout time.Duration) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("etcd build lock: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("etcd build lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("etcd build lock %s: another build held it for over %s", path, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// repoRoot is the repository this package was compiled from: the tool
+// modules are built from source, so the source must be present.
+func repoRoot() (string, error) {
+	if d := os.Getenv("STRATUM_SRC"); d != "" {
+		return d, nil
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if ok {
+		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		if _, err := os.Stat(filepath.Join(root, Builds[0].ToolDir, "go.mod")); err == nil {
+			return root, nil
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("etcd build: locate the repository: %w", err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, Builds[0].ToolDir, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("etcd build: no %s above %s: run from the repository or set STRATUM_SRC", Builds[0].ToolDir, wd)
+		}
+	}
+}
