@@ -159,8 +159,9 @@ func (c EtcdClientConfig) tlsConfig() (*tls.Config, error) {
 // sha256 of the database that etcd appends to the stream) matches the
 // database. Only then is it renamed over path and the directory fsynced: an
 // existing file at path is replaced only by a complete, verified snapshot,
-// and on any error path is unchanged and the temporary file is removed. The
-// file has mode 0600.
+// and on any error path is unchanged and the temporary file is removed.
+// Temporary files an earlier, killed backup to the same path left are
+// removed first. The file has mode 0600.
 //
 // ctx bounds the whole backup; cfg.DialTimeout bounds reaching the member.
 // Errors name the endpoint and say what to check.
@@ -197,7 +198,13 @@ func BackupEtcd(ctx context.Context, cfg EtcdClientConfig, path string) (*EtcdBa
 	b.Taken = time.Now().UTC()
 
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	tmpPrefix := "." + filepath.Base(path) + ".tmp-"
+	if stale, _ := filepath.Glob(filepath.Join(dir, tmpPrefix+"*")); len(stale) > 0 {
+		for _, p := range stale { // an earlier backup to path was killed mid-stream
+			os.Remove(p)
+		}
+	}
+	f, err := os.CreateTemp(dir, tmpPrefix)
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -370,7 +377,8 @@ func VerifyEtcdBackup(b *EtcdBackup) error {
 // Any other state (no data dir and no asideDir, or asideDir without the
 // staging dir) is reported, naming every directory, and nothing is changed.
 // The previous data stays at asideDir for the caller to remove once the
-// rollback is final. The data dir must be a real directory, not a symlink
+// rollback is final. ctx is checked between the steps; etcdutl's restore
+// itself runs to completion. The data dir must be a real directory, not a symlink
 // or a mount point (rename cannot move those); such a data dir is refused
 // before anything changes.
 func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, asideDir string) error {
@@ -450,15 +458,29 @@ func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, as
 		os.RemoveAll(staging)
 		return fail(fmt.Errorf("%w; the data dir is unchanged", err))
 	}
+	etcdRestoreStep("staged")
 	if err := renameDurable(dataDir, asideDir); err != nil {
 		os.RemoveAll(staging)
 		return fail(fmt.Errorf("move the current data aside: %w; the data dir is unchanged", err))
 	}
+	etcdRestoreStep("aside")
 	if err := renameDurable(staging, dataDir); err != nil {
 		return fail(fmt.Errorf("move the restored data in: %w; the previous data is at %s, the restored data at %s: retry the restore", err, asideDir, staging))
 	}
 	slog.Info("etcd data restored", "dataDir", dataDir, "aside", asideDir, "backup", b.Path, "revision", b.Revision)
 	return nil
+}
+
+// etcdRestoreHook, when set by tests, runs at each durable intermediate
+// state of a restore: "staged" (staging complete, data dir not yet moved)
+// and "aside" (data dir moved aside, staging not yet renamed). The crash
+// tests SIGKILL the process there.
+var etcdRestoreHook func(step string)
+
+func etcdRestoreStep(step string) {
+	if etcdRestoreHook != nil {
+		etcdRestoreHook(step)
+	}
 }
 
 // checkSingleMember refuses, wrapping ErrMultiMember, a restore for a
@@ -471,14 +493,18 @@ func checkSingleMember(st *nodestate.NodeState, b *EtcdBackup) error {
 	if len(b.MemberIDs) > 0 {
 		ids = strings.Join(b.MemberIDs, ", ")
 	}
-	return fmt.Errorf("%w: the node state's initialCluster is %q and the backup was taken from member %s of a %d-member cluster (member IDs: %s). "+
+	taken := fmt.Sprintf("the backup was taken from member %s of a %d-member cluster (member IDs: %s)", orUnknown(b.MemberID), b.Members, ids)
+	if b.Members < 1 {
+		taken = "the backup does not record the cluster size"
+	}
+	return fmt.Errorf("%w: the node state's initialCluster is %q and %s. "+
 		"Restoring one member's snapshot gives that member a new cluster ID and member ID: it would split from the other members, "+
 		"and the cluster would lose quorum and diverge. What to do instead: to repair only this member, remove it "+
 		"(etcdctl member remove <id>), add it back (etcdctl member add), and start it on an empty data dir with "+
 		"--initial-cluster-state=existing so it syncs from the others; to roll the whole cluster back to one snapshot, "+
 		"stop etcd on every member and restore that same snapshot on each of them by hand, following etcd's disaster "+
 		"recovery guide (https://etcd.io/docs/v3.6/op-guide/recovery/)",
-		ErrMultiMember, st.Etcd.InitialCluster, orUnknown(b.MemberID), b.Members, ids)
+		ErrMultiMember, st.Etcd.InitialCluster, taken)
 }
 
 func orUnknown(s string) string {
