@@ -166,9 +166,12 @@ func lock(path string, timeout time.Duration) (func(), error) {
 	}
 }
 
-// repoRoot is the repository this package was compiled from: the tool
-// modules are built from source, so the source must be present.
-func repoRoot() (string, error) {
+func repoRoot() (string, error) { return RepoRoot() }
+
+// RepoRoot is the repository this package was compiled from ($STRATUM_SRC
+// when set, else found from this source file or the working directory):
+// the tool modules are built from source, so the source must be present.
+func RepoRoot() (string, error) {
 	if d := os.Getenv("STRATUM_SRC"); d != "" {
 		return d, nil
 	}

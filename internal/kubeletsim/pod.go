@@ -551,6 +551,11 @@ func (k *Kubelet) podEnv(p *pod, cs corev1.Container) (map[string]string, []stri
 // the child exits, and the Go runtime may retire threads. Every child is
 // therefore forked from one goroutine locked to its thread for the life of
 // the process.
+//
+// Spawn starts cmd that way; a caller that sets Pdeathsig on its own
+// children (the test bed, for the stand-in) should start them with it too.
+func Spawn(cmd *exec.Cmd) error { return spawn(cmd) }
+
 var (
 	spawnOnce sync.Once
 	spawnCh   chan spawnReq
