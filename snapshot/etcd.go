@@ -378,9 +378,9 @@ func VerifyEtcdBackup(b *EtcdBackup) error {
 // staging dir) is reported, naming every directory, and nothing is changed.
 // The previous data stays at asideDir for the caller to remove once the
 // rollback is final. ctx is checked between the steps; etcdutl's restore
-// itself runs to completion. The data dir must be a real directory, not a symlink
-// or a mount point (rename cannot move those); such a data dir is refused
-// before anything changes.
+// itself runs to completion. The data dir must be a real directory, not a
+// symlink or a mount point (rename cannot move those); such a data dir is
+// refused before anything changes.
 func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, asideDir string) error {
 	dataDir := filepath.Clean(st.Etcd.DataDir)
 	staging := dataDir + etcdRestoreSuffix
@@ -459,9 +459,12 @@ func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, as
 		return fail(fmt.Errorf("%w; the data dir is unchanged", err))
 	}
 	etcdRestoreStep("staged")
-	if err := renameDurable(dataDir, asideDir); err != nil {
+	if err := os.Rename(dataDir, asideDir); err != nil {
 		os.RemoveAll(staging)
 		return fail(fmt.Errorf("move the current data aside: %w; the data dir is unchanged", err))
+	}
+	if err := syncParents(dataDir, asideDir); err != nil {
+		return fail(fmt.Errorf("%w; the previous data is at %s, the restored data at %s: retry the restore", err, asideDir, staging))
 	}
 	etcdRestoreStep("aside")
 	if err := renameDurable(staging, dataDir); err != nil {
@@ -654,11 +657,16 @@ func renameDurable(from, to string) error {
 	if err := os.Rename(from, to); err != nil {
 		return err
 	}
-	if err := fsutil.SyncDir(filepath.Dir(to)); err != nil {
+	return syncParents(from, to)
+}
+
+// syncParents fsyncs the parent directories of a and b.
+func syncParents(a, b string) error {
+	if err := fsutil.SyncDir(filepath.Dir(b)); err != nil {
 		return err
 	}
-	if filepath.Dir(from) != filepath.Dir(to) {
-		return fsutil.SyncDir(filepath.Dir(from))
+	if filepath.Dir(a) != filepath.Dir(b) {
+		return fsutil.SyncDir(filepath.Dir(a))
 	}
 	return nil
 }

@@ -1050,3 +1050,28 @@ func BenchmarkEtcdBackupRestore(b *testing.B) {
 		}
 	})
 }
+
+// TestEtcdRestoreRefusesSymlinkDataDir: a data dir that is a symlink is
+// refused before anything moves (renaming the link would leave the real
+// data where it is and put the restored data on the link's filesystem).
+func TestEtcdRestoreRefusesSymlinkDataDir(t *testing.T) {
+	st := etcdNodeState(t)
+	real := filepath.Join(t.TempDir(), "disk", "etcd")
+	if err := os.MkdirAll(filepath.Join(real, "member"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Dir(st.Etcd.DataDir), 0o700)
+	if err := os.Symlink(real, st.Etcd.DataDir); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "b.etcd.db")
+	os.WriteFile(backup, []byte("refused before it is read"), 0o600)
+	before := tree(t, filepath.Dir(st.Etcd.DataDir), filepath.Dir(real))
+	err := RestoreEtcd(etcdCtx(t), st, &EtcdBackup{Path: backup, Members: 1}, st.Etcd.DataDir+".aside")
+	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("got %v, want a refusal naming the symlink", err)
+	}
+	if after := tree(t, filepath.Dir(st.Etcd.DataDir), filepath.Dir(real)); !reflect.DeepEqual(before, after) {
+		t.Errorf("refused restore changed something")
+	}
+}
