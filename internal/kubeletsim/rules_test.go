@@ -298,3 +298,49 @@ func TestStopKillsEverything(t *testing.T) {
 		}
 	}
 }
+
+func TestSymlinkFollowedHugeFileRejected(t *testing.T) {
+	b := newBed(t, nil)
+	outside := filepath.Join(t.TempDir(), "real-scheduler.yaml")
+	if err := os.WriteFile(outside, []byte(podYAML(podOpts{name: "kube-scheduler"})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, b.path("kube-scheduler.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	huge := podYAML(podOpts{name: "huge"}) + "#" + strings.Repeat("x", MaxManifestSize) + "\n"
+	// Atomically: a plain write of this size is read mid-way by the
+	// modify events, and a prefix that parses runs, as with kubelet.
+	b.writeAtomic("huge.yaml", huge)
+	b.waitRunning(key("kube-scheduler"), nil)
+	b.relist()
+	for _, e := range b.k.History() {
+		if e.Key == key("huge") {
+			t.Fatalf("a file over %d bytes yielded a pod: %+v", MaxManifestSize, e)
+		}
+	}
+}
+
+func TestNewUIDStartsWithFreshBackoff(t *testing.T) {
+	b := newBed(t, nil)
+	b.writeAtomic("kube-scheduler.yaml", podYAML(podOpts{name: "kube-scheduler", image: imgExit1}))
+	first := b.waitFor("a crash loop", func(st []PodStatus) bool {
+		ps := Find(st, key("kube-scheduler"))
+		return len(ps) == 1 && ps[0].Restarts >= 3
+	})
+	oldUID := Find(first, key("kube-scheduler"))[0].UID
+	b.writeAtomic("kube-scheduler.yaml", podYAML(podOpts{name: "kube-scheduler", image: imgExit1, annotations: map[string]string{"v": "2"}}))
+	b.waitFor("the new pod's first restart", func(st []PodStatus) bool {
+		ps := Find(st, key("kube-scheduler"))
+		return len(ps) == 1 && ps[0].UID != oldUID && ps[0].Restarts >= 1
+	})
+	for _, e := range b.k.History() {
+		if e.Kind == EventBackoff && e.UID != oldUID {
+			if e.Backoff != 0 {
+				t.Fatalf("the new pod's first restart waited %s: a new UID must start with a fresh backoff", e.Backoff)
+			}
+			return
+		}
+	}
+	t.Fatal("no backoff decision recorded for the new pod")
+}
