@@ -3,19 +3,12 @@ package snapshot
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -31,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -45,70 +39,6 @@ func etcdBinary(t *testing.T, minor string) string {
 		t.Fatalf("etcd %s binary: %v", minor, err)
 	}
 	return bin
-}
-
-// writeEtcdPKI writes a CA and the server, peer and healthcheck-client
-// certificates kubeadm keeps in <pkiDir>/etcd, valid for 127.0.0.1 and ::1.
-func writeEtcdPKI(t testing.TB, pkiDir string) {
-	t.Helper()
-	dir := filepath.Join(pkiDir, "etcd")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcd-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM := func(name, typ string, der []byte) {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	writePEM("ca.crt", "CERTIFICATE", caDER)
-	for i, leaf := range []struct {
-		name, cn string
-		usage    []x509.ExtKeyUsage
-	}{
-		{"server", "node1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}},
-		{"peer", "node1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}},
-		{"healthcheck-client", "kube-etcd-healthcheck-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
-	} {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: leaf.cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: leaf.usage,
-			DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writePEM(leaf.name+".crt", "CERTIFICATE", der)
-		writePEM(leaf.name+".key", "PRIVATE KEY", keyDER)
-	}
 }
 
 // freePort returns a loopback TCP port nothing listens on right now.
@@ -128,7 +58,9 @@ func etcdNodeState(t testing.TB) *nodestate.NodeState {
 	t.Helper()
 	root := t.TempDir()
 	pki := filepath.Join(root, "pki")
-	writeEtcdPKI(t, pki)
+	if err := testbed.GeneratePKI(pki, "node1", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
 	client, peer := freePort(t), freePort(t)
 	for peer == client {
 		peer = freePort(t)
