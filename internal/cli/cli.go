@@ -1,0 +1,378 @@
+// Package cli is the stratum-upgrade command line: the commands, their
+// flags, their output and their exit codes. cmd/stratum-upgrade is a thin
+// main around Main, so tests can run the real command in-process or as a
+// binary.
+//
+// Every command that reads or writes the journal opens it first and holds
+// it to the end: bbolt's flock on <state-dir>/stratum.db is the one lock
+// that keeps a second stratum-upgrade out of the manifest directory.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+// Exit codes of stratum-upgrade. They are part of the interface: scripts
+// and the systemd units rely on them (docs/cli.md).
+const (
+	// ExitOK: committed, done, or nothing to do (the node already is where
+	// the command would take it).
+	ExitOK = 0
+	// ExitError: any other failure (I/O, an unusable state directory, a
+	// damaged journal, no node state imported yet, a refused precondition).
+	ExitError = 1
+	// ExitUsage: bad usage: unknown command or flag, bad flag value, missing
+	// --to, a malformed release or node state file, a release naming an
+	// unknown component. Fix the command line or the input file.
+	ExitUsage = 2
+	// ExitRolledBack: the upgrade failed and was rolled back; the node runs
+	// what it ran before.
+	ExitRolledBack = 3
+	// ExitRollbackFailed: the upgrade failed and so did its rollback; the
+	// node needs an operator (docs/operations.md).
+	ExitRollbackFailed = 4
+	// ExitBusy: another stratum-upgrade holds the journal, or a transaction
+	// is open and must be resumed or rolled back first.
+	ExitBusy = 5
+	// ExitInterrupted: SIGINT or SIGTERM stopped the command mid-transaction;
+	// the transaction stays open and `stratum-upgrade resume` continues it.
+	ExitInterrupted = 6
+)
+
+// Version is the stratum-upgrade version, set at build time with
+// -ldflags "-X github.com/ciq/stratum-upgrade/internal/cli.Version=v1.2.3".
+var Version = "dev"
+
+// Default paths on a node.
+const (
+	DefaultStateDir = "/var/lib/stratum"
+	// JournalFile and ProgressFile are the names of the journal and of the
+	// progress file inside the state directory; SnapshotsDir holds the
+	// snapshots.
+	JournalFile  = "stratum.db"
+	ProgressFile = "progress.json"
+	SnapshotsDir = "snapshots"
+)
+
+const exitCodesHelp = `Exit codes:
+  0  committed, done, or nothing to do
+  1  error (I/O, unusable state directory, damaged journal, no node state yet)
+  2  bad usage (flags, missing --to, malformed release or node state file,
+     unknown component in a release)
+  3  the upgrade failed and was rolled back: the node runs what it ran before
+  4  the upgrade failed and so did its rollback: the node needs an operator
+  5  busy: another stratum-upgrade holds the journal, or a transaction is
+     open (resume or roll it back first)
+  6  interrupted by SIGINT/SIGTERM: the transaction stays open; run resume`
+
+// usageError is an error the user fixes in the command line or an input
+// file: exit code 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &usageError{err}
+}
+
+func usagef(format string, args ...any) error { return usage(fmt.Errorf(format, args...)) }
+
+// codeError carries an explicit exit code (a command that reports its own
+// outcome, e.g. a successful explicit rollback).
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
+
+// ranError marks an error returned by a command's own code, as opposed to
+// cobra's parsing (unknown command, bad arguments), which is bad usage.
+type ranError struct{ err error }
+
+func (e *ranError) Error() string { return e.err.Error() }
+func (e *ranError) Unwrap() error { return e.err }
+
+// ExitCode classifies err: nil is ExitOK; the engine's and the journal's
+// sentinels map to their codes; anything else is ExitError.
+func ExitCode(err error) int {
+	var ce *codeError
+	var ue *usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ce):
+		return ce.code
+	case errors.As(err, &ue):
+		return ExitUsage
+	case errors.Is(err, engine.ErrInterrupted):
+		return ExitInterrupted
+	case errors.Is(err, engine.ErrRollbackFailed):
+		return ExitRollbackFailed
+	case errors.Is(err, engine.ErrRolledBack):
+		return ExitRolledBack
+	case errors.Is(err, journal.ErrLocked), errors.Is(err, journal.ErrTxnOpen):
+		return ExitBusy
+	case errors.Is(err, engine.ErrNothingToDo):
+		return ExitOK
+	}
+	return ExitError
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	manifestDir string
+	stateDir    string
+	dl          engine.Deadlines
+	keep        int
+	lockTimeout time.Duration
+	logLevel    string
+	output      string
+	metricsFile string
+	procScope   string
+
+	stdout, stderr io.Writer
+	log            *slog.Logger
+	scanner        *proc.Scanner
+	start          time.Time
+}
+
+func (g *globals) journalPath() string  { return filepath.Join(g.stateDir, JournalFile) }
+func (g *globals) progressPath() string { return filepath.Join(g.stateDir, ProgressFile) }
+func (g *globals) snapshotRoot() string { return filepath.Join(g.stateDir, SnapshotsDir) }
+func (g *globals) json() bool           { return g.output == "json" }
+
+// setup validates the global flags and builds the logger and the scanner.
+func (g *globals) setup() error {
+	switch g.output {
+	case "text", "json":
+	default:
+		return usagef("--output %q: must be text or json", g.output)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return usagef("--log-level %q: must be debug, info, warn or error", g.logLevel)
+	}
+	for name, d := range map[string]time.Duration{
+		"--replace-timeout": g.dl.Replace, "--active-timeout": g.dl.Active, "--stop-timeout": g.dl.Stop,
+		"--soak": g.dl.Soak, "--etcd-backup-timeout": g.dl.EtcdBackup, "--lock-timeout": g.lockTimeout,
+	} {
+		if d < 0 {
+			return usagef("%s %s: must not be negative (0 takes the default)", name, d)
+		}
+	}
+	if g.keep < 1 {
+		return usagef("--keep %d: must be at least 1", g.keep)
+	}
+	if g.manifestDir == "" || g.stateDir == "" {
+		return usagef("--manifest-dir and --state-dir must not be empty")
+	}
+	for _, p := range []*string{&g.manifestDir, &g.stateDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return usagef("%s: %w", *p, err)
+		}
+		*p = abs
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if g.json() {
+		g.log = slog.New(slog.NewJSONHandler(g.stderr, opts))
+	} else {
+		g.log = slog.New(slog.NewTextHandler(g.stderr, opts))
+	}
+	// The packages below log through slog.Default in places (migrations).
+	slog.SetDefault(g.log)
+	g.scanner = proc.Host()
+	switch g.procScope {
+	case "":
+	case "self":
+		g.scanner = g.scanner.Within(os.Getpid())
+	default:
+		pid, err := strconv.Atoi(g.procScope)
+		if err != nil || pid < 1 {
+			return usagef("--proc-scope %q: must be a pid or \"self\"", g.procScope)
+		}
+		g.scanner = g.scanner.Within(pid)
+	}
+	return nil
+}
+
+// openJournal opens the journal, read-only or for writing. A read-write
+// open creates the state directory and the journal when missing.
+func (g *globals) openJournal(readOnly bool) (*journal.Journal, error) {
+	if !readOnly {
+		if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("state directory %s: %w (choose another with --state-dir)", g.stateDir, err)
+		}
+	}
+	j, err := journal.Open(g.journalPath(), journal.Options{ReadOnly: readOnly, LockTimeout: g.lockTimeout})
+	if err != nil {
+		if errors.Is(err, journal.ErrLocked) {
+			holder := ""
+			if p, _ := readProgress(g.progressPath()); p != nil && !p.Finished && alive(p.PID) {
+				holder = fmt.Sprintf("; %s says pid %d (stratum-upgrade %s, started %s) is driving a transaction", g.progressPath(), p.PID, p.Command, p.Started.Format(time.RFC3339))
+			}
+			return nil, fmt.Errorf("%w (waited %s; --lock-timeout waits longer)%s", err, g.lockTimeoutOrDefault(), holder)
+		}
+		return nil, err
+	}
+	return j, nil
+}
+
+func (g *globals) lockTimeoutOrDefault() time.Duration {
+	if g.lockTimeout <= 0 {
+		return journal.DefaultLockTimeout
+	}
+	return g.lockTimeout
+}
+
+// journalExists reports whether the journal file is there (without
+// creating anything).
+func (g *globals) journalExists() (bool, error) {
+	_, err := os.Lstat(g.journalPath())
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("state directory %s: %w", g.stateDir, err)
+}
+
+func (g *globals) storeOptions() manifest.Options {
+	return manifest.Options{Scanner: g.scanner, Logger: g.log}
+}
+
+// nodeState reads the persisted node state with a message that says what
+// to do when there is none.
+func nodeState(j *journal.Journal) (*nodestate.NodeState, error) {
+	st, err := j.NodeState()
+	if errors.Is(err, journal.ErrNoState) {
+		return nil, fmt.Errorf("%w: run `stratum-upgrade init --state FILE` on this node first", err)
+	}
+	return st, err
+}
+
+// refuseOpenTxn fails with an error wrapping journal.ErrTxnOpen when a
+// transaction is open.
+func refuseOpenTxn(j *journal.Journal, what string) error {
+	open, err := j.OpenTxn()
+	if err != nil {
+		return err
+	}
+	if open != nil {
+		return fmt.Errorf("%s: %w: transaction %s (%s) is in phase %s; run `stratum-upgrade resume` to finish it or `stratum-upgrade rollback` to undo it first",
+			what, journal.ErrTxnOpen, open.ID, open.Kind, open.Phase)
+	}
+	return nil
+}
+
+// Main runs stratum-upgrade with args (without the program name), writing
+// to stdout and stderr, and returns the exit code. It never calls os.Exit.
+func Main(args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
+	root := newRoot(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	_, err := root.ExecuteContextC(context.Background())
+	if err == nil {
+		return ExitOK
+	}
+	var re *ranError
+	if !errors.As(err, &re) {
+		err = usage(err) // cobra's own parsing: unknown command, bad args
+	}
+	code := ExitCode(err)
+	if code != ExitOK {
+		fmt.Fprintf(stderr, "stratum-upgrade: %v\n", err)
+		if code == ExitUsage && !errors.As(err, &re) {
+			fmt.Fprintln(stderr, "Run 'stratum-upgrade --help' for usage.")
+		}
+	}
+	return code
+}
+
+// ran wraps a command body so its errors are told apart from cobra's.
+func ran(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := fn(cmd, args); err != nil {
+			return &ranError{err}
+		}
+		return nil
+	}
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "stratum-upgrade",
+		Short: "Own a control-plane node's static pod manifests and upgrade them as a journaled transaction",
+		Long: `stratum-upgrade is the sole writer of a Kubernetes control-plane node's static pod
+manifest directory. It renders every manifest from one persisted node state and
+upgrades them as a journaled transaction: snapshot, re-render in roster order
+waiting for kubelet to replace each process and for the new one to answer,
+verify through a soak window, then commit, or roll back to the snapshot. A crash
+at any moment is recovered by 'stratum-upgrade resume'.
+
+` + exitCodesHelp,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: ran(func(cmd *cobra.Command, args []string) error {
+			return g.setup()
+		}),
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+
+	f := root.PersistentFlags()
+	f.StringVar(&g.manifestDir, "manifest-dir", manifest.DefaultDir, "the static pod manifest directory (kubelet's staticPodPath)")
+	f.StringVar(&g.stateDir, "state-dir", DefaultStateDir, "state directory: the journal ("+JournalFile+"), snapshots ("+SnapshotsDir+"/), "+ProgressFile)
+	f.DurationVar(&g.dl.Replace, "replace-timeout", engine.DefaultDeadlines.Replace, "how long to wait for kubelet to replace a component's process after its manifest is written")
+	f.DurationVar(&g.dl.Active, "active-timeout", engine.DefaultDeadlines.Active, "how long to wait for a new process to answer its health endpoint")
+	f.DurationVar(&g.dl.Stop, "stop-timeout", engine.DefaultDeadlines.Stop, "how long to wait for a component to exit after its manifest is removed")
+	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit")
+	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
+	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
+	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
+	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json (one JSON object per line)")
+	f.StringVar(&g.metricsFile, "metrics-file", "", "after run, resume or rollback, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
+	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
+	_ = f.MarkHidden("proc-scope")
+
+	root.AddCommand(
+		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newResumeCmd(g),
+		newRollbackCmd(g), newStatusCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
+	)
+	return root
+}
+
+// list formats names for a text line: "-" when empty.
+func list(names []string) string {
+	if len(names) == 0 {
+		return "-"
+	}
+	return strings.Join(names, ", ")
+}

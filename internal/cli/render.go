@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+func newInitCmd(g *globals) *cobra.Command {
+	var stateFile string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "init --state FILE",
+		Short: "Import a node state and render every manifest from it",
+		Long: `init imports the node state in FILE into the journal, creating the state
+directory and the journal if needed, and renders every manifest of the node
+into the manifest directory (creating it if needed), overwriting what is there.
+
+A journal that already holds a node state is refused unless --force is given;
+init is refused while a transaction is open, --force or not.`,
+		Args: cobra.NoArgs,
+		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			return g.runInit(stateFile, force)
+		}),
+	}
+	cmd.Flags().StringVar(&stateFile, "state", "", "node state file (YAML, kind NodeState)")
+	cmd.Flags().BoolVar(&force, "force", false, "replace the node state the journal already holds")
+	_ = cmd.MarkFlagRequired("state")
+	return cmd
+}
+
+// checkRenders renders every manifest and derived file of st without
+// writing anything, so that a state that cannot be rendered (a cis profile
+// whose files are missing) is refused before it is persisted.
+func checkRenders(st *nodestate.NodeState) error {
+	prof, err := manifest.LoadProfile(st)
+	if err != nil {
+		return err
+	}
+	if _, err := manifest.DerivedFiles(st, prof); err != nil {
+		return err
+	}
+	for _, name := range manifest.NamesFor(st) {
+		if _, err := manifest.RenderBytes(st, prof, name, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *globals) runInit(stateFile string, force bool) error {
+	st, err := nodestate.Load(stateFile)
+	if err != nil {
+		return usage(err)
+	}
+	if err := checkRenders(st); err != nil {
+		return usagef("node state %s cannot be rendered: %w", stateFile, err)
+	}
+	j, err := g.openJournal(false)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	if err := refuseOpenTxn(j, "init"); err != nil {
+		return err
+	}
+	cur, err := j.NodeState()
+	switch {
+	case err == nil && !force:
+		return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `stratum-upgrade render` re-renders it, `stratum-upgrade init --force --state %s` replaces it",
+			j.Path(), cur.NodeName, cur.KubernetesVersion, stateFile)
+	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
+		return err
+	}
+	store, err := manifest.Create(g.manifestDir, g.storeOptions())
+	if err != nil {
+		return err
+	}
+	if err := j.PutNodeState(st); err != nil {
+		return err
+	}
+	res, err := store.WriteAll(st)
+	if err != nil {
+		return fmt.Errorf("init: the node state is imported but rendering failed (fix the cause, then run `stratum-upgrade render`): %w", err)
+	}
+	return g.printWrite(fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path()), store, res)
+}
+
+func newRenderCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "render",
+		Short: "Re-render every manifest from the persisted node state",
+		Long: `render makes the manifest directory hold exactly the render of the node state
+in the journal: it is what runs when the controller starts. It writes only what
+differs (a hand edit is overwritten), removes the manifest of a component that
+left the roster, sweeps staging leftovers, and reports visible files that are
+not ours (strays) without touching them. It is refused while a transaction is
+open: resume or roll it back first.`,
+		Args: cobra.NoArgs,
+		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			j, err := g.openJournal(false)
+			if err != nil {
+				return err
+			}
+			defer j.Close()
+			if err := refuseOpenTxn(j, "render"); err != nil {
+				return err
+			}
+			st, err := nodeState(j)
+			if err != nil {
+				return err
+			}
+			store, err := manifest.Create(g.manifestDir, g.storeOptions())
+			if err != nil {
+				return err
+			}
+			res, err := store.WriteAll(st)
+			if err != nil {
+				return err
+			}
+			return g.printWrite(fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion), store, res)
+		}),
+	}
+}
+
+// writeReport is the JSON output of init and render.
+type writeReport struct {
+	Message     string   `json:"message"`
+	ManifestDir string   `json:"manifestDir"`
+	Written     []string `json:"written"`
+	Unchanged   []string `json:"unchanged"`
+	Removed     []string `json:"removed"`
+	Derived     []string `json:"derived"`
+	Swept       []string `json:"swept"`
+	Strays      []string `json:"strays"`
+}
+
+func (g *globals) printWrite(msg string, store *manifest.Store, res manifest.WriteResult) error {
+	if g.json() {
+		return writeJSON(g.stdout, writeReport{
+			Message: msg, ManifestDir: store.Dir(),
+			Written: nonNil(res.Written), Unchanged: nonNil(res.Unchanged), Removed: nonNil(res.Removed),
+			Derived: nonNil(res.Derived), Swept: nonNil(res.Swept), Strays: nonNil(res.Strays),
+		})
+	}
+	w := g.stdout
+	fmt.Fprintln(w, msg)
+	fmt.Fprintf(w, "manifest dir: %s\n", store.Dir())
+	fmt.Fprintf(w, "written:      %s\n", list(res.Written))
+	fmt.Fprintf(w, "unchanged:    %s\n", list(res.Unchanged))
+	fmt.Fprintf(w, "removed:      %s\n", list(res.Removed))
+	if len(res.Derived) > 0 {
+		fmt.Fprintf(w, "derived:      %s\n", list(res.Derived))
+	}
+	if len(res.Swept) > 0 {
+		fmt.Fprintf(w, "swept:        %s (staging leftovers)\n", list(res.Swept))
+	}
+	printStrays(w, res.Strays)
+	return nil
+}
+
+func printStrays(w io.Writer, strays []string) {
+	if len(strays) == 0 {
+		fmt.Fprintln(w, "strays:       none")
+		return
+	}
+	fmt.Fprintf(w, "strays:       %s\n", list(strays))
+	fmt.Fprintln(w, "              not stratum manifests: kubelet runs each visible file that parses as a pod; remove the ones that should not run")
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// writeJSON writes v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

@@ -1,0 +1,359 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/internal/metrics"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+)
+
+func newRunCmd(g *globals) *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "run --to RELEASE",
+		Short: "Upgrade the node to RELEASE as one journaled transaction",
+		Long: `run upgrades the node to RELEASE: snapshot the manifests (and etcd's data when
+etcd's image changes), write each changed manifest in roster order and wait for
+kubelet to replace the process and the new one to answer, verify every component
+through the soak window, then commit. Any failure rolls back to the snapshot.
+
+Output: one line per step with the time since the start and what it waits for;
+with --output json one engine event per line, then a final {"result": ...} line.
+
+A release that changes nothing prints "nothing to do" and exits 0: the node
+already runs it. SIGINT or SIGTERM stops the wait at once and leaves the
+transaction open (exit 6); 'stratum-upgrade resume' continues it.
+
+` + exitCodesHelp,
+		Args: cobra.NoArgs,
+		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			rel, raw, err := loadRelease(to)
+			if err != nil {
+				return err
+			}
+			return g.drive("run", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
+				st, err := nodeState(j)
+				if err != nil {
+					return engine.Result{}, err
+				}
+				if err := applyRelease(rel, st, to); err != nil {
+					return engine.Result{}, err
+				}
+				return e.Run(ctx, rel, raw)
+			})
+		}),
+	}
+	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	return cmd
+}
+
+func newResumeCmd(g *globals) *cobra.Command {
+	var prepare bool
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Continue the open transaction from its last journaled step",
+		Long: `resume continues the open transaction from its last durable step: forwards
+while it was applying or verifying, backwards once it was rolling back. With no
+open transaction (or no journal at all) it prints "nothing to do" and exits 0,
+so it is safe to run at every boot.
+
+resume --prepare is the boot step that runs before kubelet: it only sweeps
+staging leftovers from the manifest directory and reports the open transaction,
+without waiting for anything (kubelet is not running yet). The full resume runs
+after kubelet (deploy/systemd, docs/operations.md).
+
+` + exitCodesHelp,
+		Args: cobra.NoArgs,
+		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			ok, err := g.journalExists()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return g.nothing("resume", fmt.Sprintf("nothing to do: no journal at %s (nothing was imported or upgraded on this node)", g.journalPath()))
+			}
+			if prepare {
+				return g.prepare()
+			}
+			return g.drive("resume", func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
+				return e.Resume(ctx)
+			})
+		}),
+	}
+	cmd.Flags().BoolVar(&prepare, "prepare", false, "boot step before kubelet: sweep staging leftovers and report the open transaction; no waits")
+	return cmd
+}
+
+func newRollbackCmd(g *globals) *cobra.Command {
+	var last bool
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "rollback [--last]",
+		Short: "Roll back the open transaction, or with --last the last committed upgrade",
+		Long: `rollback rolls back the open transaction, whatever its phase: restore its
+snapshot (and etcd's data for a single-member cluster when etcd was changed),
+restart each component it wrote, and wait until every component of the old
+roster answers. It exits 0 when the node is back as it was, 4 when the rollback
+failed.
+
+rollback --last undoes the last committed upgrade from its retained snapshot, as
+a new transaction (kind rollback-last) with the same waits, verification and
+automatic rollback as an upgrade: 0 committed, 3 it failed and was undone, 4 its
+rollback failed. etcd's data is not restored by --last: after a commit it holds
+writes the snapshot does not.
+
+` + exitCodesHelp,
+		Args: cobra.NoArgs,
+		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			if last {
+				return g.drive("rollback", func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
+					return e.RollbackLast(ctx)
+				})
+			}
+			err := g.drive("rollback", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
+				open, err := j.OpenTxn()
+				if err != nil {
+					return engine.Result{}, err
+				}
+				if open == nil {
+					return engine.Result{}, errors.New("no open transaction to roll back; `stratum-upgrade rollback --last` rolls back the last committed upgrade")
+				}
+				return e.Rollback(ctx, reason)
+			})
+			if errors.Is(err, engine.ErrRolledBack) {
+				// The command did what it was asked: the node is back.
+				return nil
+			}
+			return err
+		}),
+	}
+	cmd.Flags().BoolVar(&last, "last", false, "roll back the last committed upgrade from its retained snapshot")
+	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
+	return cmd
+}
+
+// nothing reports that a command had nothing to do (exit 0).
+func (g *globals) nothing(command, msg string) error {
+	if g.json() {
+		return writeJSON(g.stdout, map[string]any{"result": engine.Result{Outcome: engine.Nothing, Reason: msg}, "exitCode": ExitOK})
+	}
+	fmt.Fprintln(g.stdout, msg)
+	return nil
+}
+
+// drive opens the journal and the store, runs one engine call under a
+// context that SIGINT and SIGTERM cancel, reports every event and the
+// result, and writes the progress and metrics files.
+func (g *globals) drive(command string, call func(context.Context, *engine.Engine, *journal.Journal) (engine.Result, error)) error {
+	j, err := g.openJournal(false)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	store, err := manifest.Open(g.manifestDir, g.storeOptions())
+	if err != nil {
+		return err
+	}
+	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
+	rep.writeProgress(nil, "", "")
+	e, err := engine.New(engine.Config{
+		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
+		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := call(ctx, e, j)
+	if errors.Is(err, engine.ErrNothingToDo) || (err == nil && res.Outcome == engine.Nothing) {
+		msg := "nothing to do: no open transaction"
+		if err != nil {
+			msg = err.Error()
+		}
+		rep.writeProgress(nil, string(engine.Nothing), msg)
+		return g.nothing(command, msg)
+	}
+	outcome := outcomeOf(res, err)
+	rep.writeProgress(nil, outcome, errString(err))
+	if res.Txn != "" && g.metricsFile != "" {
+		if merr := g.writeMetrics(command, j, res, outcome); merr != nil {
+			g.log.Error("metrics file not written; the transaction's outcome is unaffected", "err", merr)
+			fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %v\n", merr)
+		}
+	}
+	rep.result(res, outcome, err)
+	return err
+}
+
+// outcomeOf names how a driven transaction ended, for the result line, the
+// progress file and the metrics: committed, rolled-back, rollback-failed,
+// interrupted or error.
+func outcomeOf(res engine.Result, err error) string {
+	switch {
+	case res.Outcome == engine.Committed || res.Outcome == engine.RolledBack || res.Outcome == engine.RollbackFailed:
+		return string(res.Outcome)
+	case errors.Is(err, engine.ErrInterrupted):
+		return "interrupted"
+	case err == nil:
+		return string(engine.Committed)
+	}
+	return "error"
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func (g *globals) writeMetrics(command string, j *journal.Journal, res engine.Result, outcome string) error {
+	u := metrics.Upgrade{Command: command, Txn: res.Txn, Result: outcome, Duration: res.Elapsed, Finished: time.Now()}
+	if t, err := j.Txn(res.Txn); err == nil {
+		u.Kind = t.Kind
+	}
+	for _, s := range res.Steps {
+		u.Steps = append(u.Steps, metrics.Step{Component: s.Component, Phase: s.Phase, Duration: s.Elapsed})
+	}
+	return metrics.WriteFile(g.metricsFile, u)
+}
+
+// reporter prints engine events and results and keeps the progress file.
+type reporter struct {
+	g       *globals
+	command string
+	start   time.Time
+	pid     int
+	txn     string
+	last    *engine.Event
+}
+
+// event is the engine's Events callback.
+func (r *reporter) event(ev engine.Event) {
+	r.txn = ev.Txn
+	r.writeProgress(&ev, "", "")
+	if r.g.json() {
+		_ = writeJSON(r.g.stdout, ev)
+		return
+	}
+	fmt.Fprintln(r.g.stdout, r.line(ev))
+}
+
+// line is one text line for ev: "[  12.3s] etcd: waiting for kubelet to
+// replace etcd (at most 3m0s)".
+func (r *reporter) line(ev engine.Event) string {
+	msg := ev.Message
+	if ev.Step == "wait-active" && ev.Waiting != "" {
+		msg = "waiting for " + ev.Waiting
+	}
+	if d, ok := r.deadline(ev.Step); ok {
+		msg += fmt.Sprintf(" (at most %s)", d)
+	}
+	if ev.Component != "" {
+		msg = ev.Component + ": " + msg
+	}
+	return fmt.Sprintf("[%6.1fs] %s", ev.Time.Sub(r.start).Seconds(), msg)
+}
+
+// deadline is the deadline that bounds the wait a step starts.
+func (r *reporter) deadline(step string) (time.Duration, bool) {
+	dl := r.g.dl
+	switch step {
+	case "wait-replaced":
+		return dl.Replace, true
+	case "wait-active":
+		return dl.Active, true
+	case "etcd-stop":
+		return dl.Stop, true
+	case "etcd-backup":
+		return dl.EtcdBackup, true
+	}
+	return 0, false
+}
+
+// result prints the final line.
+func (r *reporter) result(res engine.Result, outcome string, err error) {
+	code := ExitCode(err)
+	if r.command == "rollback" && errors.Is(err, engine.ErrRolledBack) && res.Outcome == engine.RolledBack {
+		code = ExitOK
+	}
+	if r.g.json() {
+		_ = writeJSON(r.g.stdout, map[string]any{"result": res, "outcome": outcome, "exitCode": code, "error": errString(err)})
+		return
+	}
+	elapsed := fmt.Sprintf("%.1fs", time.Since(r.start).Seconds())
+	var line string
+	switch outcome {
+	case "committed":
+		line = fmt.Sprintf("committed %s in %s: %s", res.Txn, elapsed, list(res.Changed))
+	case "rolled-back":
+		line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before; reason: %s", res.Txn, elapsed, res.Reason)
+	case "rollback-failed":
+		line = fmt.Sprintf("ROLLBACK FAILED %s after %s: the node needs an operator; the reason is above and in `stratum-upgrade history %s`, each component's state in `stratum-upgrade status` (docs/operations.md)", res.Txn, elapsed, res.Txn)
+	case "interrupted":
+		txn := res.Txn
+		if txn == "" {
+			txn = r.txn
+		}
+		line = fmt.Sprintf("interrupted after %s: transaction %s is still open; `stratum-upgrade resume` continues it", elapsed, txn)
+	default:
+		if res.Txn == "" && r.txn == "" {
+			return // failed before a transaction began: the error says it all
+		}
+		line = fmt.Sprintf("failed after %s: %s", elapsed, strings.TrimSpace(errString(err)))
+	}
+	fmt.Fprintln(r.g.stdout, line)
+}
+
+// prepare is resume --prepare: the wait-free boot step before kubelet.
+func (g *globals) prepare() error {
+	j, err := g.openJournal(false)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	open, err := j.OpenTxn()
+	if err != nil {
+		return err
+	}
+	out := map[string]any{}
+	var lines []string
+	if store, err := manifest.Open(g.manifestDir, g.storeOptions()); err != nil {
+		if open != nil {
+			return err
+		}
+		lines = append(lines, fmt.Sprintf("manifest dir: %v", err))
+	} else {
+		sw, err := store.Sweep()
+		if err != nil {
+			return err
+		}
+		out["swept"], out["strays"] = nonNil(sw.Swept), nonNil(sw.Strays)
+		lines = append(lines, "swept:        "+list(sw.Swept), "strays:       "+list(sw.Strays))
+	}
+	if open == nil {
+		lines = append([]string{"no open transaction: nothing to resume"}, lines...)
+	} else {
+		out["openTransaction"] = txnSummary(open)
+		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `stratum-upgrade resume` continues it once kubelet runs", open.ID, open.Kind, open.Phase)}, lines...)
+	}
+	if g.json() {
+		return writeJSON(g.stdout, out)
+	}
+	for _, l := range lines {
+		fmt.Fprintln(g.stdout, l)
+	}
+	return nil
+}
