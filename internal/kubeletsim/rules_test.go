@@ -344,3 +344,27 @@ func TestNewUIDStartsWithFreshBackoff(t *testing.T) {
 	}
 	t.Fatal("no backoff decision recorded for the new pod")
 }
+
+// kubelet's delete event removes the key the deleted file last yielded,
+// whichever file holds it now: sweeping a leftover that won the key kills
+// the pod, and only the next relist (or an event on the real file) brings
+// it back from the real manifest.
+func TestRemovingTheWinningLeftoverKillsUntilRelist(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "m")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"kube-scheduler.yaml": "real", "kube-scheduler.yaml.tmp": "leftover"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(podYAML(podOpts{name: "kube-scheduler", annotations: map[string]string{"v": v}})), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBed(t, func(c *Config) { c.ManifestDir = dir; c.RelistInterval = time.Hour })
+	b.dir = dir
+	b.waitRunning(key("kube-scheduler"), func(p PodStatus) bool { return p.File == b.path("kube-scheduler.yaml.tmp") })
+	b.remove("kube-scheduler.yaml.tmp")
+	b.waitGone(key("kube-scheduler"))
+	b.relist()
+	b.waitRunning(key("kube-scheduler"), func(p PodStatus) bool { return p.File == b.path("kube-scheduler.yaml") })
+}

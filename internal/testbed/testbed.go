@@ -387,7 +387,7 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
-	for comp, repo := range Repos {
+	for comp := range Repos {
 		// The program is exec'd under the component's own name, so the
 		// kernel's comm matches what a node shows, not just argv[0].
 		link := filepath.Join(binDir, comp)
@@ -405,7 +405,6 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 				})}
 			}
 		}
-		_ = repo
 	}
 	for comp, ref := range n.State.Images {
 		if _, ok := m[ref]; ok {
