@@ -146,7 +146,7 @@ writes the snapshot does not.
 // nothing reports that a command had nothing to do (exit 0).
 func (g *globals) nothing(command, msg string) error {
 	if g.json() {
-		return writeJSON(g.stdout, map[string]any{"result": engine.Result{Outcome: engine.Nothing, Reason: msg}, "exitCode": ExitOK})
+		return writeJSON(g.stdout, finalLine{Result: engine.Result{Outcome: engine.Nothing, Reason: msg}, Outcome: string(engine.Nothing), ExitCode: ExitOK})
 	}
 	fmt.Fprintln(g.stdout, msg)
 	return nil
@@ -230,6 +230,15 @@ func (g *globals) writeMetrics(command string, j *journal.Journal, res engine.Re
 	return metrics.WriteFile(g.metricsFile, u)
 }
 
+// finalLine is the last line of run, resume and rollback with --output
+// json: the engine's Result, the outcome name, the exit code and the error.
+type finalLine struct {
+	Result   engine.Result `json:"result"`
+	Outcome  string        `json:"outcome"`
+	ExitCode int           `json:"exitCode"`
+	Error    string        `json:"error,omitempty"`
+}
+
 // reporter prints engine events and results and keeps the progress file.
 type reporter struct {
 	g       *globals
@@ -290,7 +299,7 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 		code = ExitOK
 	}
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, map[string]any{"result": res, "outcome": outcome, "exitCode": code, "error": errString(err)})
+		_ = writeJSON(r.g.stdout, finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: errString(err)})
 		return
 	}
 	elapsed := fmt.Sprintf("%.1fs", time.Since(r.start).Seconds())
