@@ -28,6 +28,15 @@ With a transaction id it shows that transaction and every journaled record
 (docs/journal.md explains them). The journal is opened read-only.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			if ok, err := g.journalExists(); err != nil {
+				return err
+			} else if !ok && len(args) == 0 {
+				if g.json() {
+					return writeJSON(g.stdout, []txnInfo{})
+				}
+				fmt.Fprintf(g.stdout, "no transactions: no journal at %s (nothing was imported or upgraded on this node)\n", g.journalPath())
+				return nil
+			}
 			j, err := g.openJournal(true)
 			if err != nil {
 				return err

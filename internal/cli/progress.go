@@ -16,8 +16,9 @@ import (
 // stratum-upgrade driving a transaction (run, resume, rollback) did last.
 // It exists because the journal is locked while a transaction is driven,
 // so `status` cannot read it then; status shows this file instead. It is
-// replaced atomically on every engine event and at the end of the command;
-// it is informational only and never read back by the engine.
+// replaced atomically on every engine event and once more when the command
+// stops driving (a command with nothing to do never writes it); it is
+// informational only and never read back by the engine.
 type Progress struct {
 	PID     int       `json:"pid"`
 	Command string    `json:"command"`

@@ -166,7 +166,6 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		return err
 	}
 	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
-	rep.writeProgress(nil, "", "")
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
 		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event,
@@ -182,11 +181,12 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		if err != nil {
 			msg = err.Error()
 		}
-		rep.writeProgress(nil, string(engine.Nothing), msg)
 		return g.nothing(command, msg)
 	}
 	outcome := outcomeOf(res, err)
-	rep.writeProgress(nil, outcome, errString(err))
+	if rep.last != nil {
+		rep.writeProgress(nil, outcome, errString(err))
+	}
 	if res.Txn != "" && g.metricsFile != "" {
 		if merr := g.writeMetrics(command, j, res, outcome); merr != nil {
 			g.log.Error("metrics file not written; the transaction's outcome is unaffected", "err", merr)

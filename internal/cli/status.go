@@ -181,7 +181,7 @@ func (g *globals) status() (*statusReport, error) {
 	}
 	store, err := manifest.Open(g.manifestDir, g.storeOptions())
 	if err != nil {
-		rep.ManifestError = err.Error()
+		rep.ManifestError = strings.TrimPrefix(err.Error(), "manifest dir: ")
 		return rep, nil
 	}
 	if rep.Strays, err = store.Strays(); err != nil {
@@ -286,13 +286,19 @@ func (rep *statusReport) print(w io.Writer) {
 	case rep.NoJournal:
 		fmt.Fprintln(w, "              does not exist: nothing was imported on this node (`stratum-upgrade init --state FILE`)")
 	case rep.Locked:
-		fmt.Fprintln(w, "              locked by a running stratum-upgrade (run, resume or rollback): the journal cannot be read until it ends")
-		if p := rep.Progress; p != nil {
+		p := rep.Progress
+		if p == nil || p.Finished || !rep.ProgressAlive {
+			fmt.Fprintln(w, "              locked by another process: the journal cannot be read until it lets go")
+		} else {
+			fmt.Fprintln(w, "              locked by a running stratum-upgrade: the journal cannot be read until it ends; its progress:")
+		}
+		if p != nil {
 			state := "running"
-			if p.Finished {
-				state = "finished: " + p.Outcome
-			} else if !rep.ProgressAlive {
-				state = "no longer running"
+			switch {
+			case p.Finished:
+				state = "finished: " + p.Outcome + "; the lock holder is another command"
+			case !rep.ProgressAlive:
+				state = "no longer running; the lock holder is another command"
 			}
 			fmt.Fprintf(w, "progress:     %s (pid %d, %s), started %s, updated %s\n", p.Command, p.PID, state, p.Started.Format(time.RFC3339), p.Updated.Format(time.RFC3339))
 			if ev := p.Event; ev != nil {
@@ -301,7 +307,7 @@ func (rep *statusReport) print(w io.Writer) {
 					msg = ev.Component + ": " + msg
 				}
 				fmt.Fprintf(w, "last event:   txn %s, phase %s: %s\n", ev.Txn, ev.Phase, msg)
-				if ev.Waiting != "" {
+				if ev.Waiting != "" && !p.Finished {
 					fmt.Fprintf(w, "waiting for:  %s\n", ev.Waiting)
 				}
 			}
