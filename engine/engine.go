@@ -577,6 +577,9 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		st, point = r.from, "rollback-"
 	}
 	fault.Hit(point + "before-write:" + comp)
+	if err := e.procs.PastMark(ctx, m); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
 	if err := e.writeTarget(r, p, comp, stamp); err != nil {
 		return err
 	}
@@ -681,6 +684,18 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
+	// Every component must answer before the soak starts: after a crash or
+	// a reboot, the ones this transaction did not touch may still be coming
+	// up.
+	for _, comp := range roster {
+		t, err := manifest.Target(r.to, comp)
+		if err != nil {
+			return err
+		}
+		if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+			return fmt.Errorf("verify: %s: %w", comp, err)
+		}
+	}
 	want := map[string]string{}
 	for _, comp := range r.txn.Changed {
 		rec, ok := r.find(journal.PhaseApplying, stepDone, comp)
@@ -688,15 +703,9 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 			want[comp] = rec.Note
 			continue
 		}
-		// The step was done in another boot: every process is new, so the
-		// soak starts from the processes that run now.
-		t, err := manifest.Target(r.to, comp)
-		if err != nil {
-			return err
-		}
-		if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
-			return fmt.Errorf("verify %s after reboot: %w", comp, err)
-		}
+		// The step's done record was not journaled (it rides with the next
+		// write) or was written in another boot: the soak starts from the
+		// processes that run now.
 		if want[comp], err = e.identity(r.to, comp); err != nil {
 			return err
 		}

@@ -2,11 +2,13 @@ package proc
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // userHZ is the unit of start ticks and Mark.Ticks: clock ticks per second as
@@ -102,4 +104,29 @@ func (s *Scanner) Replaced(t Target, m Mark) (done bool, stale []Process, err er
 		}
 	}
 	return len(ps) > 0 && len(stale) == 0, stale, nil
+}
+
+// PastMark returns once the clock has moved past m's tick, so that a
+// process started from anything written after PastMark returns has start
+// ticks greater than m.Ticks and counts as started after m. Call it between
+// taking a mark and the write the mark guards: without it, a kubelet that
+// starts the new process within the same 10 ms tick would have it count as
+// predating the mark. It waits at most one tick (plus scheduling); a mark
+// of another boot, or one already past, returns at once. An error means
+// the clock could not be read.
+func (s *Scanner) PastMark(ctx context.Context, m Mark) error {
+	for {
+		now, err := s.Mark()
+		if err != nil {
+			return err
+		}
+		if now.BootID != m.BootID || now.Ticks > m.Ticks {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the clock to pass tick %d: %w", m.Ticks, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

@@ -280,3 +280,24 @@ func TestWithBootIDMakesEveryProcessNew(t *testing.T) {
 		t.Fatalf("after the simulated reboot: done %v stale %v err %v", done, stale, err)
 	}
 }
+
+func TestPastMark(t *testing.T) {
+	s := self()
+	m, err := s.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PastMark(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	now, _ := s.Mark()
+	if now.Ticks <= m.Ticks {
+		t.Fatalf("PastMark returned at tick %d, not past the mark's %d", now.Ticks, m.Ticks)
+	}
+	// A process started now counts as after the mark.
+	name := uniqueName(t, "pastmark")
+	startHelper(t, name, "sleep")
+	if done, stale, err := s.Replaced(Target{Name: name, Binary: name}, m); err != nil || !done {
+		t.Fatalf("process started after PastMark: done %v stale %v err %v", done, stale, err)
+	}
+}

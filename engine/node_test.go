@@ -1,0 +1,468 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/snapshot"
+)
+
+// fixture is a running node (kubelet stand-in, real etcd, component
+// stand-ins) with a journal holding its state and an engine over both.
+type fixture struct {
+	t      *testing.T
+	node   *testbed.Node
+	j      *journal.Journal
+	e      *Engine
+	snaps  string
+	events []Event
+	mu     sync.Mutex
+	// onEvent, if set, runs on every event (from the engine's goroutine).
+	onEvent func(Event)
+}
+
+// testDeadlines fit the test bed's scaled-down kubelet (100 ms start delay).
+var testDeadlines = Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 2 * time.Second, EtcdBackup: 20 * time.Second}
+
+func newFixture(t *testing.T, opts testbed.Options) *fixture {
+	t.Helper()
+	n := testbed.Start(t, opts)
+	f := &fixture{t: t, node: n, snaps: filepath.Join(n.Root, "state", "snapshots")}
+	j, err := journal.Open(filepath.Join(n.Root, "state", "stratum.db"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	if err := j.PutNodeState(n.State); err != nil {
+		t.Fatal(err)
+	}
+	f.j = j
+	f.e = f.engine(n.Scanner, testDeadlines)
+	return f
+}
+
+func (f *fixture) engine(sc *proc.Scanner, dl Deadlines) *Engine {
+	e, err := New(Config{Journal: f.j, Store: f.node.Store, Scanner: sc, Snapshots: f.snaps, Deadlines: dl, Events: func(ev Event) {
+		f.mu.Lock()
+		f.events = append(f.events, ev)
+		hook := f.onEvent
+		f.mu.Unlock()
+		f.t.Logf("event %s %s %s: %s", ev.Phase, ev.Step, ev.Component, ev.Message)
+		if hook != nil {
+			hook(ev)
+		}
+	}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return e
+}
+
+// release moves the node to v1.34.5: every stand-in component to its
+// v1.34.5 image (fail's component in mode mode), etcd to 3.6 when etcd36.
+func release(st *nodestate.NodeState, etcd36 bool, fail string, mode standin.Mode) *Release {
+	r := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: "v1.34.5", Images: map[string]string{}}
+	for _, comp := range manifest.NamesFor(st) {
+		tag := "v1.34.5"
+		if comp == nodestate.KubeVIP {
+			tag = "v0.9.2"
+		}
+		switch comp {
+		case nodestate.Etcd:
+			if etcd36 {
+				r.Images[comp] = "registry.k8s.io/etcd:3.6.5-0"
+			}
+		case fail:
+			r.Images[comp] = testbed.ModeImage(comp, tag, mode)
+		default:
+			r.Images[comp] = testbed.ModeImage(comp, tag, standin.ModeHealthy)
+		}
+	}
+	return r
+}
+
+// manifests returns the bytes of every manifest in the directory.
+func (f *fixture) manifests() map[string][]byte {
+	f.t.Helper()
+	out := map[string][]byte{}
+	entries, err := os.ReadDir(f.node.ManifestDir)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(f.node.ManifestDir, e.Name()))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out[e.Name()] = b
+	}
+	return out
+}
+
+// checkConverged asserts the invariants of a node after a transaction
+// ended: no open transaction; the manifest directory holds exactly the
+// roster's manifests, no staging file; for a commit, every manifest is the
+// render of the committed state; for a rollback, every manifest is the
+// snapshot's, byte-identical for the components the transaction did not
+// write and identical but for restarted-at for those it did; every
+// component active; and every running component process started after its
+// manifest was last written.
+func (f *fixture) checkConverged(want Outcome, before map[string][]byte) *journal.Txn {
+	f.t.Helper()
+	if open, err := f.j.OpenTxn(); err != nil || open != nil {
+		f.t.Fatalf("a transaction is still open: %+v %v", open, err)
+	}
+	hist, err := f.j.History(1)
+	if err != nil || len(hist) != 1 {
+		f.t.Fatalf("history: %v %v", hist, err)
+	}
+	last := hist[0]
+	if string(last.Phase) != string(want) {
+		f.t.Fatalf("last transaction %s ended %s (%s), want %s", last.ID, last.Phase, last.Reason, want)
+	}
+	st, err := f.j.NodeState()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	now := f.manifests()
+	roster := manifest.NamesFor(st)
+	if len(now) != len(roster) {
+		f.t.Errorf("manifest dir holds %d entries, want the %d of the roster: %v", len(now), len(roster), keys(now))
+	}
+	prof, err := manifest.LoadProfile(st)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	written := map[string]bool{}
+	for _, c := range last.Changed {
+		written[c] = true
+	}
+	for _, comp := range roster {
+		got, ok := now[manifest.FileName(comp)]
+		if !ok {
+			f.t.Errorf("%s has no manifest", comp)
+			continue
+		}
+		pod, err := manifest.DecodePod(got)
+		if err != nil {
+			f.t.Fatalf("%s: %v", comp, err)
+		}
+		switch want {
+		case Committed:
+			render, _ := manifest.RenderBytes(st, prof, comp, manifest.RestartedAt(pod))
+			if string(render) != string(got) {
+				f.t.Errorf("%s is not the render of the committed state", comp)
+			}
+		case RolledBack:
+			old := before[manifest.FileName(comp)]
+			if !written[comp] {
+				if string(old) != string(got) {
+					f.t.Errorf("%s was not written by the upgrade but differs after the rollback", comp)
+				}
+				continue
+			}
+			a, _ := manifest.SetRestartedAt(old, "")
+			b, _ := manifest.SetRestartedAt(got, "")
+			if string(a) != string(b) {
+				f.t.Errorf("%s differs from the snapshot beyond restarted-at:\n%s\n---\n%s", comp, old, got)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, comp := range roster {
+		tg, _ := manifest.Target(st, comp)
+		if err := f.node.Scanner.WaitActive(ctx, tg, 20*time.Second); err != nil {
+			f.t.Errorf("%s not active after the transaction: %v", comp, err)
+		}
+		f.checkStartedAfterWrite(comp, tg)
+	}
+	return &last
+}
+
+// checkStartedAfterWrite asserts every process of comp started after its
+// manifest's last write (clock ticks resolution).
+func (f *fixture) checkStartedAfterWrite(comp string, tg proc.Target) {
+	f.t.Helper()
+	fi, err := os.Stat(filepath.Join(f.node.ManifestDir, manifest.FileName(comp)))
+	if err != nil {
+		f.t.Errorf("%s: %v", comp, err)
+		return
+	}
+	m, err := f.node.Scanner.Mark()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ps, err := f.node.Scanner.PIDs(tg.Binary)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, p := range ps {
+		started := time.Now().Add(-time.Duration(m.Ticks-p.StartTicks) * 10 * time.Millisecond)
+		if started.Before(fi.ModTime().Add(-20 * time.Millisecond)) {
+			f.t.Errorf("%s pid %d started at %s, before its manifest was last written at %s", comp, p.PID, started.Format(time.StampMilli), fi.ModTime().Format(time.StampMilli))
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestUpgradeCommits(t *testing.T) {
+	for _, vip := range []bool{false, true} {
+		name := "without-vip"
+		if vip {
+			name = "with-vip"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, testbed.Options{VIP: vip})
+			rel := release(f.node.State, false, "", "")
+			res, err := f.e.Run(t.Context(), rel, nil)
+			if err != nil || res.Outcome != Committed {
+				t.Fatalf("Run: %+v %v", res, err)
+			}
+			if want := len(manifest.NamesFor(f.node.State)) - 1; len(res.Changed) != want {
+				t.Fatalf("changed %v, want every component but etcd", res.Changed)
+			}
+			f.checkConverged(Committed, nil)
+			st, _ := f.j.NodeState()
+			if st.KubernetesVersion != "v1.34.5" || st.Images[nodestate.Scheduler] != rel.Images[nodestate.Scheduler] {
+				t.Fatalf("committed state: %s %v", st.KubernetesVersion, st.Images)
+			}
+			// The same release again is nothing to do.
+			if _, err := f.e.Run(t.Context(), rel, nil); !errors.Is(err, ErrNothingToDo) {
+				t.Fatalf("second run: %v", err)
+			}
+		})
+	}
+}
+
+func TestFailuresRollBack(t *testing.T) {
+	cases := []struct {
+		mode     standin.Mode
+		comp     string
+		crashLag string
+	}{
+		{standin.ModeNeverListen, nodestate.Scheduler, ""},
+		{standin.ModeExitAtStart, nodestate.ControllerManager, ""},
+		{standin.ModeUnhealthy, nodestate.KubeAPIServer, ""},
+		// Healthy long enough to pass WaitActive, then crash-loops inside
+		// the soak window: only the soak catches it.
+		{standin.ModeCrashAfter, nodestate.Scheduler, "800ms"},
+	}
+	for _, c := range cases {
+		t.Run(string(c.mode)+"-"+c.comp, func(t *testing.T) {
+			f := newFixture(t, testbed.Options{})
+			if c.crashLag != "" {
+				ref := testbed.ModeImage(c.comp, "v1.34.5", c.mode)
+				if err := f.node.MapImage(ref, kubeImage(f.node, c.comp, map[string]string{standin.EnvMode: string(c.mode), standin.EnvCrashAfter: c.crashLag})); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := f.manifests()
+			dl := testDeadlines
+			dl.Replace, dl.Active = 10*time.Second, 5*time.Second
+			f.e = f.engine(f.node.Scanner, dl)
+			res, err := f.e.Run(t.Context(), release(f.node.State, false, c.comp, c.mode), nil)
+			if !errors.Is(err, ErrRolledBack) || res.Outcome != RolledBack {
+				t.Fatalf("Run: %+v %v", res, err)
+			}
+			if !strings.Contains(res.Reason, c.comp) {
+				t.Errorf("reason %q does not name %s", res.Reason, c.comp)
+			}
+			f.checkConverged(RolledBack, before)
+		})
+	}
+}
+
+// kubeImage is an image-map entry running comp's stand-in with env.
+func kubeImage(n *testbed.Node, comp string, env map[string]string) kubeletImage {
+	e := map[string]string{standin.EnvEvents: n.EventsFile}
+	for k, v := range env {
+		e[k] = v
+	}
+	return kubeletImage{Binary: n.StandinBinary(comp), Env: e}
+}
+
+func TestRollbackThatFailsIsJournaled(t *testing.T) {
+	f := newFixture(t, testbed.Options{})
+	// Once the rollback starts, the old scheduler image is broken too: the
+	// old scheduler cannot come back.
+	old := f.node.State.Images[nodestate.Scheduler]
+	f.onEvent = func(ev Event) {
+		if ev.Step == "rollback" {
+			if err := f.node.MapImage(old, kubeImage(f.node, nodestate.Scheduler, map[string]string{standin.EnvMode: string(standin.ModeExitAtStart)})); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	dl := testDeadlines
+	dl.Replace, dl.Active = 5*time.Second, 3*time.Second
+	f.e = f.engine(f.node.Scanner, dl)
+	res, err := f.e.Run(t.Context(), release(f.node.State, false, nodestate.Scheduler, standin.ModeNeverListen), nil)
+	if !errors.Is(err, ErrRollbackFailed) || res.Outcome != RollbackFailed {
+		t.Fatalf("Run: %+v %v", res, err)
+	}
+	if !strings.Contains(err.Error(), "stratum-upgrade render") {
+		t.Errorf("error does not say what to do: %v", err)
+	}
+	hist, _ := f.j.History(1)
+	if hist[0].Phase != journal.PhaseRollbackFailed || len(hist[0].Detail) == 0 || !strings.Contains(string(hist[0].Detail), `"component":"kube-scheduler"`) {
+		t.Fatalf("journal: %+v detail %s", hist[0], hist[0].Detail)
+	}
+	if open, _ := f.j.OpenTxn(); open != nil {
+		t.Fatal("a failed rollback left the transaction open: resume would loop")
+	}
+	// The node state is still the old one.
+	st, _ := f.j.NodeState()
+	if st.Images[nodestate.Scheduler] != old {
+		t.Fatal("node state changed by a failed upgrade")
+	}
+}
+
+func TestInterruptedRunResumes(t *testing.T) {
+	f := newFixture(t, testbed.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	f.onEvent = func(ev Event) {
+		if ev.Step == "wait-replaced" && ev.Component == nodestate.ControllerManager {
+			cancel()
+		}
+	}
+	_, err := f.e.Run(ctx, release(f.node.State, false, "", ""), nil)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Run with a cancelled context: %v", err)
+	}
+	open, err := f.j.OpenTxn()
+	if err != nil || open == nil || open.Phase != journal.PhaseApplying {
+		t.Fatalf("open transaction after the interrupt: %+v %v", open, err)
+	}
+	f.onEvent = nil
+	res, err := f.e.Resume(t.Context())
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("Resume: %+v %v", res, err)
+	}
+	f.checkConverged(Committed, nil)
+	// Nothing open: Resume does nothing.
+	if res, err := f.e.Resume(t.Context()); err != nil || res.Outcome != Nothing {
+		t.Fatalf("Resume with nothing open: %+v %v", res, err)
+	}
+}
+
+// TestRebootMidUpgrade simulates a reboot in the middle of an upgrade:
+// stratum-upgrade dies, every component process is killed and started again
+// by kubelet, and the boot id changes. Resume must count every process as
+// new and converge.
+func TestRebootMidUpgrade(t *testing.T) {
+	f := newFixture(t, testbed.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	f.onEvent = func(ev Event) {
+		if ev.Step == "done" && ev.Component == nodestate.KubeAPIServer {
+			cancel()
+		}
+	}
+	if _, err := f.e.Run(ctx, release(f.node.State, false, "", ""), nil); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Run: %v", err)
+	}
+	f.onEvent = nil
+	// Every process dies, as in a reboot; kubelet starts them again.
+	for _, comp := range manifest.NamesFor(f.node.State) {
+		tg, _ := manifest.Target(f.node.State, comp)
+		ps, _ := f.node.Scanner.PIDs(tg.Binary)
+		for _, p := range ps {
+			killPID(p.PID)
+		}
+	}
+	f.j.Close()
+	j, err := journal.Open(filepath.Join(f.node.Root, "state", "stratum.db"), journal.Options{BootID: func() (string, error) { return "rebooted-boot-id", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	f.j = j
+	e := f.engine(f.node.Scanner.WithBootID("rebooted-boot-id"), testDeadlines)
+	res, err := e.Resume(t.Context())
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("Resume after reboot: %+v %v", res, err)
+	}
+	f.checkConverged(Committed, nil)
+	recs, _ := j.Records(res.Txn)
+	sawNewBoot := false
+	for _, r := range recs {
+		sawNewBoot = sawNewBoot || r.BootID == "rebooted-boot-id"
+	}
+	if !sawNewBoot {
+		t.Fatal("no record was written in the new boot")
+	}
+}
+
+func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
+	t.Run("commit", func(t *testing.T) {
+		f := newFixture(t, testbed.Options{})
+		putKey(t, f.node, "before", "1")
+		res, err := f.e.Run(t.Context(), release(f.node.State, true, "", ""), nil)
+		if err != nil || res.Outcome != Committed {
+			t.Fatalf("Run: %+v %v", res, err)
+		}
+		txn := f.checkConverged(Committed, nil)
+		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.6.") {
+			t.Fatalf("etcd serves %s after the upgrade, want 3.6", v)
+		}
+		if got := getKey(t, f.node, "before"); got != "1" {
+			t.Fatalf("key written before the upgrade: %q", got)
+		}
+		var b snapshot.EtcdBackup
+		if err := jsonUnmarshal(txn.EtcdBackup, &b); err != nil || b.Size == 0 {
+			t.Fatalf("etcd backup not journaled: %s %v", txn.EtcdBackup, err)
+		}
+	})
+	t.Run("rollback", func(t *testing.T) {
+		f := newFixture(t, testbed.Options{})
+		putKey(t, f.node, "before", "1")
+		// Once etcd 3.6 runs, write to it: that write must be gone after the
+		// rollback restores the 3.5 member's backup.
+		f.onEvent = func(ev Event) {
+			if ev.Phase == string(journal.PhaseApplying) && ev.Step == "done" && ev.Component == nodestate.Etcd {
+				putKey(t, f.node, "during", "2")
+			}
+		}
+		before := f.manifests()
+		dl := testDeadlines
+		dl.Replace, dl.Active = 10*time.Second, 4*time.Second
+		f.e = f.engine(f.node.Scanner, dl)
+		res, err := f.e.Run(t.Context(), release(f.node.State, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
+		if !errors.Is(err, ErrRolledBack) {
+			t.Fatalf("Run: %+v %v", res, err)
+		}
+		f.checkConverged(RolledBack, before)
+		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.5.") {
+			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
+		}
+		if got := getKey(t, f.node, "before"); got != "1" {
+			t.Fatalf("key written before the upgrade: %q", got)
+		}
+		if got := getKey(t, f.node, "during"); got != "" {
+			t.Fatalf("key written during the upgrade survived the data restore: %q", got)
+		}
+		aside, _ := filepath.Glob(f.node.State.Etcd.DataDir + ".stratum-pre-rollback-*")
+		if len(aside) != 1 {
+			t.Fatalf("the replaced etcd data is not kept aside: %v", aside)
+		}
+	})
+}
