@@ -39,7 +39,7 @@ func TestParseRelease(t *testing.T) {
 	for doc, want := range map[string]string{
 		"":                         "empty",
 		"apiVersion: x\nkind: y\n": "apiVersion/kind",
-		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: 1.34\nimages: {etcd: e}\n":  "kubernetesVersion",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: 1.34\nimages: {etcd: e}\n":   "kubernetesVersion",
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {}\n":       "images: required",
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: ''}": "empty image",
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimagez: {}\n":       "unknown field",
