@@ -284,7 +284,11 @@ func (b *bed) records() []helperRecord {
 		b.t.Fatal(err)
 	}
 	var out []helperRecord
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+	complete, _ := strings.CutSuffix(string(data[:strings.LastIndexByte(string(data), '\n')+1]), "\n")
+	if complete == "" {
+		return nil // created, not yet written: each record is one write ending in a newline
+	}
+	for _, line := range strings.Split(complete, "\n") {
 		var r helperRecord
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			b.t.Fatalf("helper record %q: %v", line, err)

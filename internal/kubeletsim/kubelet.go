@@ -143,6 +143,7 @@ type Kubelet struct {
 	fileKey  map[string]string     // file -> the key it last yielded
 	pods     map[string]*pod       // by UID: the pod workers
 	stopping bool
+	finished bool          // Run has returned: timers still pending do nothing
 	changed  chan struct{} // closed and replaced on every state change
 	procs    sync.WaitGroup
 	history  []Event
@@ -462,6 +463,9 @@ func (k *Kubelet) shutdown() {
 	case <-time.After(longest + 5*time.Second):
 		k.log.Error("pods did not terminate after SIGKILL; giving up on reaping them", "waited", longest+5*time.Second)
 	}
+	k.mu.Lock()
+	k.finished = true
+	k.mu.Unlock()
 	k.log.Info("kubelet stand-in stopped")
 }
 

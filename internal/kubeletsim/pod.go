@@ -265,7 +265,7 @@ func (k *Kubelet) checkTerminated(p *pod) {
 	time.AfterFunc(k.cfg.Housekeeping, func() {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		if k.pods[p.src.UID] != p {
+		if k.pods[p.src.UID] != p || k.finished {
 			return
 		}
 		k.log.Info("housekeeping: removing terminated pod worker", "key", p.src.Key, "uid", p.src.UID)
