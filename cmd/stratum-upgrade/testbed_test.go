@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ciq/stratum-upgrade/internal/cli"
+	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// cliNode is a test bed node driven through the stratum-upgrade binary.
+type cliNode struct {
+	t        *testing.T
+	node     *testbed.Node
+	stateDir string
+	metrics  string
+}
+
+// su runs the stratum-upgrade binary (this test binary under that name, on
+// PATH since testscript.Main) against the node, its process scan scoped to
+// the kubelet stand-in, with the test bed's deadlines, and returns the exit
+// code and output.
+func (c *cliNode) su(args ...string) (int, string, string) {
+	c.t.Helper()
+	argv := append([]string{
+		"--manifest-dir=" + c.node.ManifestDir,
+		"--state-dir=" + c.stateDir,
+		"--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
+		"--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
+		"--metrics-file=" + c.metrics,
+	}, args...)
+	cmd := exec.Command("stratum-upgrade", argv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		c.t.Fatalf("stratum-upgrade %v: %v", args, err)
+	}
+	c.t.Logf("stratum-upgrade %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+	return code, stdout.String(), stderr.String()
+}
+
+func (c *cliNode) want(code int, args ...string) string {
+	c.t.Helper()
+	got, out, errOut := c.su(args...)
+	if got != code {
+		c.t.Fatalf("stratum-upgrade %s: exit %d, want %d\n%s%s", strings.Join(args, " "), got, code, out, errOut)
+	}
+	return out
+}
+
+func (c *cliNode) release(name, version, scheduler string) string {
+	c.t.Helper()
+	p := filepath.Join(c.node.Root, name)
+	doc := fmt.Sprintf("apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: %s\nimages:\n  kube-scheduler: %s\n", version, scheduler)
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return p
+}
+
+func contains(t *testing.T, what, s string, subs ...string) {
+	t.Helper()
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			t.Errorf("%s does not contain %q:\n%s", what, sub, s)
+		}
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestOnTestBed drives the outcomes that need a kubelet through the real
+// command on the test bed (kubelet stand-in, component stand-ins): a
+// committed run and its metrics and status, a failing release that rolls
+// back (exit 3), and rollback --last of the committed upgrade (exit 0).
+func TestOnTestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
+	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
+
+	out := c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+	contains(t, "init output", out, "written:      -") // the test bed rendered the same state
+
+	// Committed.
+	up := c.release("up.yaml", "v1.34.5", testbed.ModeImage(nodestate.Scheduler, "v1.34.5", ""))
+	out = c.want(cli.ExitOK, "run", "--to="+up)
+	contains(t, "run output", out,
+		"kube-scheduler: waiting for kubelet to replace kube-scheduler (at most 30s)",
+		"kube-scheduler: waiting for kube-scheduler to answer https://",
+		"verifying every component for 2s",
+		"committed: node state is now v1.34.5")
+	if !strings.Contains(out, "\ncommitted ") {
+		t.Errorf("no final committed line:\n%s", out)
+	}
+	contains(t, "manifest", readFile(t, sched), "image: registry.k8s.io/kube-scheduler:v1.34.5")
+	m := readFile(t, c.metrics)
+	contains(t, "metrics", m,
+		`stratum_upgrade_last_result{result="committed"} 1`,
+		`stratum_upgrade_step_duration_seconds{component="kube-scheduler",phase="applying"} `)
+
+	out = c.want(cli.ExitOK, "status")
+	contains(t, "status", out, "node:         "+n.State.NodeName+", Kubernetes v1.34.5", "transaction:  none open; last ")
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "kube-scheduler ") {
+			f := strings.Fields(line)
+			if len(f) < 5 || f[2] != "rendered" || f[3] != "yes" || !strings.Contains(f[4], "/") {
+				t.Errorf("status row %q: want rendered, active, a pid/ticks", line)
+			}
+		}
+	}
+	c.want(cli.ExitOK, "run", "--to="+up) // again: nothing to do
+	c.want(cli.ExitOK, "resume")
+
+	// A release whose scheduler never comes up healthy: rolled back, exit 3.
+	bad := c.release("bad.yaml", "v1.34.5", testbed.ModeImage(nodestate.Scheduler, "v1.34.5", standin.ModeExitAtStart))
+	code, out, errOut := c.su("run", "--to="+bad, "--replace-timeout=5s", "--active-timeout=5s")
+	if code != cli.ExitRolledBack {
+		t.Fatalf("run of a failing release: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
+	}
+	contains(t, "run output", out, "rolling back: kube-scheduler", "restoring the manifest snapshot", "rolled back ")
+	contains(t, "stderr", errOut, "upgrade rolled back")
+	contains(t, "manifest", readFile(t, sched), "image: registry.k8s.io/kube-scheduler:v1.34.5\n")
+	contains(t, "metrics", readFile(t, c.metrics), `stratum_upgrade_last_result{result="rolled-back"} 1`,
+		`stratum_upgrade_step_duration_seconds{component="kube-scheduler",phase="rolling-back"} `)
+
+	// rollback --last: the last COMMITTED upgrade (v1.34.4 -> v1.34.5) is undone.
+	out = c.want(cli.ExitOK, "rollback", "--last")
+	contains(t, "rollback --last output", out, "roll back ", "committed ")
+	contains(t, "manifest", readFile(t, sched), "image: registry.k8s.io/kube-scheduler:v1.34.4\n")
+	out = c.want(cli.ExitOK, "history")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], " rollback-last ") || !strings.Contains(lines[1], " committed ") ||
+		!strings.Contains(lines[2], " rolled-back ") || !strings.Contains(lines[3], " committed ") {
+		t.Errorf("history:\n%s", out)
+	}
+	contains(t, "metrics", readFile(t, c.metrics), `stratum_upgrade_last_info{command="rollback",kind="rollback-last",`)
+	c.want(cli.ExitOK, "render")
+}
