@@ -121,6 +121,13 @@ func (f *fixture) manifests() map[string][]byte {
 // manifest was last written.
 func (f *fixture) checkConverged(want Outcome, before map[string][]byte) *journal.Txn {
 	f.t.Helper()
+	return checkConverged(f.t, f.node, f.j, want, before)
+}
+
+// checkConverged is fixture.checkConverged for any node and journal.
+func checkConverged(t *testing.T, n *testbed.Node, j *journal.Journal, want Outcome, before map[string][]byte) *journal.Txn {
+	t.Helper()
+	f := &fixture{t: t, node: n, j: j}
 	if open, err := f.j.OpenTxn(); err != nil || open != nil {
 		f.t.Fatalf("a transaction is still open: %+v %v", open, err)
 	}

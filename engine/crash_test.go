@@ -1,0 +1,260 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ciq/stratum-upgrade/internal/fault"
+	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// The crash matrix: for every step boundary of the upgrade and of the
+// rollback, the real stratum-upgrade binary is SIGKILLed there (by its own
+// fault point), then `stratum-upgrade resume` runs, and the node must have
+// converged: committed (all new) or rolled back (all old, the snapshot's
+// bytes but for restarted-at), no staging file, every component process
+// started after its manifest's last write, no open transaction.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// binary builds cmd/stratum-upgrade once per test process.
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "stratum-crash-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "stratum-upgrade")
+		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/stratum-upgrade").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// crashNode is a test bed node driven by the real binary.
+type crashNode struct {
+	t        *testing.T
+	node     *testbed.Node
+	stateDir string
+	release  string
+	before   map[string][]byte
+}
+
+func newCrashNode(t *testing.T, fail string) *crashNode {
+	t.Helper()
+	n := testbed.Start(t, testbed.Options{})
+	c := &crashNode{t: t, node: n, stateDir: filepath.Join(n.Root, "state")}
+	c.run(0, "", "init", "--state", n.StateFile)
+	rel := release(n.State, true, fail, standin.ModeNeverListen)
+	b, err := yaml.Marshal(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.release = filepath.Join(n.Root, "release.yaml")
+	if err := os.WriteFile(c.release, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, node: n}
+	c.before = f.manifests()
+	return c
+}
+
+// args are the global flags every invocation gets: the node's directories,
+// scans scoped to the kubelet stand-in's tree, deadlines for the test bed.
+func (c *crashNode) args(extra ...string) []string {
+	return append(extra, "--manifest-dir", c.node.ManifestDir, "--state-dir", c.stateDir,
+		"--proc-scope", strconv.Itoa(c.node.KubeletPID), "--replace-timeout", "20s", "--active-timeout", "3s",
+		"--stop-timeout", "10s", "--soak", "1s", "--log-level", "info")
+}
+
+// run runs the binary to its end and returns its exit code (-1 when killed
+// by a signal); want >= 0 asserts it.
+func (c *crashNode) run(want int, faultAt string, args ...string) int {
+	c.t.Helper()
+	cmd := exec.Command(binary(c.t), c.args(args...)...)
+	cmd.Env = append(os.Environ(), fault.EnvVar+"="+faultAt)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err := cmd.Run()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 && !strings.Contains(err.Error(), "killed") {
+		c.t.Fatalf("%v: %v\n%s", args, err, out.String())
+	}
+	if want >= 0 && code != want {
+		c.t.Fatalf("stratum-upgrade %s (fault %q) exited %d, want %d:\n%s", strings.Join(args, " "), faultAt, code, want, out.String())
+	}
+	c.t.Logf("stratum-upgrade %s (fault %q): exit %d\n%s", args[0], faultAt, code, lastLines(out.String(), 6))
+	return code
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// converged resumes and checks the end state.
+func (c *crashNode) resumeAndCheck(want Outcome) {
+	c.t.Helper()
+	code := 0
+	if want == RolledBack {
+		code = 3
+	}
+	c.run(code, "", "resume")
+	j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer j.Close()
+	checkConverged(c.t, c.node, j, want, c.before)
+}
+
+func upgradePoints(st *nodestate.NodeState) []string {
+	pts := []string{"after-begin", "after-snapshot", "after-etcd-backup"}
+	for _, comp := range manifest.NamesFor(st) {
+		pts = append(pts, "before-write:"+comp, "after-write:"+comp, "after-replaced:"+comp, "after-step:"+comp)
+	}
+	return append(pts, "after-apply", "before-commit", "after-commit")
+}
+
+func rollbackPoints(st *nodestate.NodeState) []string {
+	pts := []string{"after-rolling-back", "after-etcd-stop", "after-etcd-restore", "after-restore"}
+	for _, comp := range manifest.NamesFor(st) {
+		pts = append(pts, "rollback-before-write:"+comp, "rollback-after-write:"+comp, "rollback-after-replaced:"+comp, "rollback-after-step:"+comp)
+	}
+	return append(pts, "before-rolled-back")
+}
+
+func TestCrashMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash matrix: every step boundary, each on a fresh node")
+	}
+	probe := testbed.Options{}
+	st := mustState(t, probe)
+	t.Run("upgrade", func(t *testing.T) {
+		for _, pt := range upgradePoints(st) {
+			t.Run(pt, func(t *testing.T) {
+				c := newCrashNode(t, "")
+				if code := c.run(-1, pt, "run", "--to", c.release); code != -1 {
+					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
+				}
+				c.resumeAndCheck(Committed)
+			})
+		}
+	})
+	t.Run("rollback", func(t *testing.T) {
+		for _, pt := range rollbackPoints(st) {
+			t.Run(pt, func(t *testing.T) {
+				c := newCrashNode(t, nodestate.Scheduler)
+				if code := c.run(-1, pt, "run", "--to", c.release); code != -1 {
+					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
+				}
+				c.resumeAndCheck(RolledBack)
+			})
+		}
+	})
+}
+
+// mustState is the node state a default test bed node runs, without
+// starting one: the roster is all the matrix needs.
+func mustState(t *testing.T, _ testbed.Options) *nodestate.NodeState {
+	st, err := nodestate.Load(filepath.Join("..", "testdata", "states", "default.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestCrashRandom SIGKILLs the binary at a random instant of an upgrade
+// (half of them failing, so the kill may land in the rollback) and checks
+// that resume converges. STRATUM_TORTURE=N runs N rounds (make torture);
+// CI runs a few. The seed is printed; STRATUM_SEED replays one.
+func TestCrashRandom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("randomized crashes")
+	}
+	rounds := 3
+	if v, err := strconv.Atoi(os.Getenv("STRATUM_TORTURE")); err == nil && v > 0 {
+		rounds = v
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("STRATUM_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (replay with STRATUM_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	for i := 0; i < rounds; i++ {
+		failing := rng.IntN(2) == 1
+		delay := time.Duration(rng.IntN(6000)) * time.Millisecond
+		t.Run(fmt.Sprintf("round%d-failing=%v-kill-after-%s", i, failing, delay), func(t *testing.T) {
+			fail := ""
+			if failing {
+				fail = nodestate.Scheduler
+			}
+			c := newCrashNode(t, fail)
+			cmd := exec.Command(binary(t), c.args("run", "--to", c.release)...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(delay):
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+			t.Logf("run: exit %d\n%s", cmd.ProcessState.ExitCode(), lastLines(out.String(), 4))
+			want := Committed
+			if failing {
+				want = RolledBack
+			}
+			// The run may have finished before the kill: then resume has
+			// nothing to do and exits 0 whatever the outcome was.
+			if cmd.ProcessState.ExitCode() >= 0 {
+				c.run(0, "", "resume")
+				j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer j.Close()
+				checkConverged(t, c.node, j, want, c.before)
+				return
+			}
+			c.resumeAndCheck(want)
+		})
+	}
+}
