@@ -925,9 +925,11 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string) erro
 // ComponentReport is one component's state, journaled when a rollback fails.
 type ComponentReport struct {
 	Component string `json:"component"`
-	Manifest  string `json:"manifest"` // "snapshot", "new", "missing", "other"
-	Processes []proc.Process
-	Active    bool   `json:"active"`
+	// Manifest is "snapshot" (the snapshot's bytes but for restarted-at),
+	// "missing", "unreadable" or "other".
+	Manifest  string         `json:"manifest"`
+	Processes []proc.Process `json:"processes"`
+	Active    bool           `json:"active"`
 	Error     string `json:"error,omitempty"`
 }
 

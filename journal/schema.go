@@ -67,6 +67,9 @@ import (
 // currentVersion is the schema version this binary reads and writes.
 const currentVersion = 1
 
+// CurrentSchemaVersion is the journal schema version this binary writes and reads.
+const CurrentSchemaVersion = currentVersion
+
 // Bucket and key names of schema version 1.
 var (
 	bucketMeta    = []byte("meta")

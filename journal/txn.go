@@ -108,8 +108,8 @@ type Record struct {
 	// Phase is the phase the record belongs to. Empty means the phase the
 	// write that carries it sets.
 	Phase Phase `json:"phase"`
-	// Step is opaque to the journal: "mark", "written", "replaced",
-	// "active", "done", "restore", "etcd-restore", ...
+	// Step is opaque to the journal; the engine writes "mark", "done",
+	// "restored", "etcd-restored" and "verified" (docs/journal.md).
 	Step      string `json:"step,omitempty"`
 	Component string `json:"component,omitempty"`
 	// ProcMark is the mark taken before a manifest write.

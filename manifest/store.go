@@ -81,7 +81,8 @@ func IsStagingLeftover(file string) (leftover, visible bool) {
 // A Store does no locking of its own: callers serialize writers (the journal
 // lock does for stratum-upgrade).
 type Store struct {
-	dir   string
+	dir      string
+	readOnly bool
 	procs *proc.Scanner
 	log   *slog.Logger
 	now   func() time.Time
@@ -122,6 +123,49 @@ func Open(dir string, opt Options) (*Store, error) {
 		s.now = time.Now
 	}
 	return s, nil
+}
+
+// ErrReadOnly is returned by every write of a store opened with OpenReadOnly.
+var ErrReadOnly = errors.New("manifest store opened read-only")
+
+// OpenReadOnly returns a store over dir for reading only (plan, status,
+// audit): dir must be an existing directory that is not a symlink, and
+// nothing in it is created, not even the probe file Open uses to check that
+// it is writable. Every write method returns ErrReadOnly.
+func OpenReadOnly(dir string, opt Options) (*Store, error) {
+	dir, err := filepath.Abs(filepath.Clean(dir))
+	if err != nil {
+		return nil, fmt.Errorf("manifest dir %s: %w", dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("manifest dir: directory %s does not exist", dir)
+	case err != nil:
+		return nil, fmt.Errorf("manifest dir %s: %w", dir, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return nil, fmt.Errorf("manifest dir: directory %s %w; point the flag at the real directory", dir, fsutil.ErrSymlink)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("manifest dir: %s is not a directory", dir)
+	}
+	s := &Store{dir: dir, readOnly: true, procs: opt.Scanner, log: opt.Logger, now: opt.Now}
+	if s.procs == nil {
+		s.procs = proc.Host()
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s, nil
+}
+
+func (s *Store) writable(op string) error {
+	if s.readOnly {
+		return fmt.Errorf("%s in %s: %w", op, s.dir, ErrReadOnly)
+	}
+	return nil
 }
 
 // Create is Open, but first makes dir (mode 0700) and its parents if
@@ -218,6 +262,9 @@ func (s *Store) Remove(name string) (removed bool, err error) {
 	if err := checkName(name); err != nil {
 		return false, err
 	}
+	if err := s.writable("remove manifest " + name); err != nil {
+		return false, err
+	}
 	if err := checkTarget(s.Path(name)); err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
@@ -234,6 +281,9 @@ func (s *Store) Remove(name string) (removed bool, err error) {
 func (s *Store) write(name string, b []byte) (bool, error) { return s.writeMode(name, b, FileMode) }
 
 func (s *Store) writeMode(name string, b []byte, perm fs.FileMode) (bool, error) {
+	if err := s.writable("write manifest " + name); err != nil {
+		return false, err
+	}
 	if err := checkTarget(s.Path(name)); err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
@@ -272,6 +322,9 @@ type WriteResult struct {
 // whole), and the error names the one that failed.
 func (s *Store) WriteAll(st *nodestate.NodeState) (WriteResult, error) {
 	var res WriteResult
+	if err := s.writable("write all manifests"); err != nil {
+		return res, err
+	}
 	prof, err := LoadProfile(st)
 	if err != nil {
 		return res, err
@@ -412,10 +465,14 @@ type SweepResult struct {
 // removals are durable when Sweep returns.
 func (s *Store) Sweep() (SweepResult, error) {
 	var res SweepResult
+	if err := s.writable("sweep"); err != nil {
+		return res, err
+	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
 		return res, fmt.Errorf("manifest dir %s: %w", s.dir, err)
 	}
+	var retake []string
 	for _, e := range entries {
 		name := e.Name()
 		if _, ok := ManifestName(name); ok {
@@ -427,6 +484,10 @@ func (s *Store) Sweep() (SweepResult, error) {
 			}
 			s.log.Warn("swept staging leftover from the manifest directory", "file", name, "visibleToKubelet", visible)
 			res.Swept = append(res.Swept, name)
+			if visible {
+				comp, _, _ := strings.Cut(name, ".yaml")
+				retake = append(retake, comp)
+			}
 			continue
 		}
 		if strings.HasPrefix(name, ".") {
@@ -438,6 +499,20 @@ func (s *Store) Sweep() (SweepResult, error) {
 	if len(res.Swept) > 0 {
 		if err := fsutil.SyncDir(s.dir); err != nil {
 			return res, err
+		}
+	}
+	// A visible leftover may have held its component's pod key (it sorts
+	// after the manifest); kubelet deletes that key when the leftover goes
+	// and would not run the real manifest again until its next relist, up
+	// to 20 s later. Touching the manifest sends kubelet an attribute event
+	// that makes it parse the file again at once. The bytes do not change.
+	for _, comp := range retake {
+		if checkTarget(s.Path(comp)) != nil {
+			continue // a symlink is never followed; the write that follows refuses it
+		}
+		now := s.now()
+		if err := os.Chtimes(s.Path(comp), now, now); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, fmt.Errorf("sweep: touch %s so kubelet takes its pod back: %w", s.Path(comp), err)
 		}
 	}
 	return res, nil
@@ -513,6 +588,9 @@ func (s *Store) render(st *nodestate.NodeState, name, stamp string) (bool, error
 // an error: Stop then only waits.
 func (s *Store) Stop(ctx context.Context, st *nodestate.NodeState, name string, timeout time.Duration) error {
 	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := s.writable("stop " + name); err != nil {
 		return err
 	}
 	t, err := Target(st, name)

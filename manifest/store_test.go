@@ -422,3 +422,42 @@ func TestSetRestartedAtEmptyRemoves(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenReadOnlyWritesNothing(t *testing.T) {
+	st := tempState(t, "default")
+	s := newStore(t)
+	if _, err := s.WriteAll(st); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(s.Dir())
+	time.Sleep(10 * time.Millisecond)
+	ro, err := OpenReadOnly(s.Dir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ro.Read(nodestate.Etcd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ro.ReadContainerSpec(nodestate.Scheduler); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(s.Dir()); !after.ModTime().Equal(fi.ModTime()) {
+		t.Fatal("OpenReadOnly changed the directory")
+	}
+	for name, err := range map[string]error{
+		"WriteAll":    second(ro.WriteAll(st)),
+		"Put":         second(ro.Put(nodestate.Etcd, must(s.Read(nodestate.Etcd)))),
+		"Remove":      second(ro.Remove(nodestate.Etcd)),
+		"RestartAsIs": second(ro.RestartAsIs(nodestate.Etcd, "x")),
+		"Sweep":       second(ro.Sweep()),
+	} {
+		if !errors.Is(err, ErrReadOnly) {
+			t.Errorf("%s on a read-only store: %v", name, err)
+		}
+	}
+	if _, err := OpenReadOnly(filepath.Join(s.Dir(), "nope"), Options{}); err == nil {
+		t.Fatal("OpenReadOnly of a missing dir")
+	}
+}
+
+func second[T any](_ T, err error) error { return err }

@@ -72,8 +72,8 @@ type Target struct {
 
 // Process is one process's identity.
 type Process struct {
-	PID        int
-	StartTicks uint64 // clock ticks since boot, /proc/<pid>/stat field 22
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"startTicks"` // clock ticks since boot, /proc/<pid>/stat field 22
 }
 
 // Mark is a moment on this node: clock ticks since boot plus the boot id. It
