@@ -930,7 +930,7 @@ type ComponentReport struct {
 	Manifest  string         `json:"manifest"`
 	Processes []proc.Process `json:"processes"`
 	Active    bool           `json:"active"`
-	Error     string `json:"error,omitempty"`
+	Error     string         `json:"error,omitempty"`
 }
 
 // nodeReport is every component's exact state, for the operator.

@@ -83,9 +83,9 @@ func IsStagingLeftover(file string) (leftover, visible bool) {
 type Store struct {
 	dir      string
 	readOnly bool
-	procs *proc.Scanner
-	log   *slog.Logger
-	now   func() time.Time
+	procs    *proc.Scanner
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // Options configure a Store. Zero values take the defaults.
