@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"text/tabwriter"
@@ -149,7 +147,7 @@ edits included, not what stratum would render. The image's own ENV layer is not
 visible in a manifest.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			store, err := manifest.Open(g.manifestDir, g.storeOptions())
+			store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 			if err != nil {
 				return err
 			}
@@ -237,10 +235,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Short: "Print the version, the Go version and the journal schema version",
 		Args:  cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			schema, err := schemaVersion()
-			if err != nil {
-				return err
-			}
+			schema := journal.CurrentSchemaVersion
 			v := map[string]any{"version": Version, "go": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH, "journalSchema": schema}
 			if g.json() {
 				return writeJSON(g.stdout, v)
@@ -251,19 +246,3 @@ func newVersionCmd(g *globals) *cobra.Command {
 	}
 }
 
-// schemaVersion is the journal schema version this binary writes. The
-// journal package does not export it, so it is read from a fresh journal
-// (which Open migrates to the current version) in a temporary directory.
-func schemaVersion() (int, error) {
-	dir, err := os.MkdirTemp("", "stratum-upgrade-version-")
-	if err != nil {
-		return 0, fmt.Errorf("journal schema version: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	j, err := journal.Open(filepath.Join(dir, JournalFile), journal.Options{})
-	if err != nil {
-		return 0, fmt.Errorf("journal schema version: %w", err)
-	}
-	defer j.Close()
-	return j.SchemaVersion()
-}

@@ -91,7 +91,7 @@ func (g *globals) runPlan(to string) error {
 	if err := applyRelease(rel, st, to); err != nil {
 		return err
 	}
-	store, err := manifest.Open(g.manifestDir, g.storeOptions())
+	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 	if err != nil {
 		return err
 	}

@@ -179,7 +179,7 @@ func (g *globals) status() (*statusReport, error) {
 	if st != nil {
 		rep.Node = &nodeInfo{Name: st.NodeName, KubernetesVersion: st.KubernetesVersion, Roster: manifest.NamesFor(st)}
 	}
-	store, err := manifest.Open(g.manifestDir, g.storeOptions())
+	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 	if err != nil {
 		rep.ManifestError = strings.TrimPrefix(err.Error(), "manifest dir: ")
 		return rep, nil
