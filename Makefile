@@ -1,5 +1,7 @@
 # stratum-upgrade. `make help` lists the targets.
 GO        ?= go
+SHELL     := bash
+.SHELLFLAGS := -o pipefail -c
 BIN       := bin
 CACHE     ?= $(HOME)/.cache/stratum-upgrade
 STATICCHECK_VERSION := v0.7.0
@@ -10,8 +12,11 @@ export STRATUM_CACHE := $(CACHE)
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/ciq/stratum-upgrade/internal/cli.Version=$(VERSION)
+
 build: ## build every command into bin/
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # -p 1: integration tests run real processes under the component names and
 # scan the whole /proc; packages running at once would see each other's.
@@ -22,6 +27,9 @@ lint: ## gofmt check, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more)
+	STRATUM_TORTURE=$${STRATUM_TORTURE:-50} $(GO) test -count=1 -timeout 0 -run TestCrashRandom -v ./engine | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|seed'
 
 clean: ## remove build output (not the etcd build cache)
 	rm -rf $(BIN)

@@ -412,11 +412,11 @@ func schedulerArgs(st *nodestate.NodeState) args {
 
 // probeEndpoint is where a component's probes go.
 type probeEndpoint struct {
-	scheme                     corev1.URIScheme
-	host                       string
-	port                       int
-	liveness, readiness, start string // paths; readiness "" means no readiness probe
-	startup                    string
+	scheme              corev1.URIScheme
+	host                string
+	port                int
+	liveness, readiness string // paths; readiness "" means no readiness probe
+	startup             string
 }
 
 func (e probeEndpoint) url(p string) string {

@@ -480,7 +480,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-
 // checkUnknownFields reports the first field of doc, by full path (for
 // example "etcd.datadir2"), that NodeState has no place for. The YAML
 // decoder's own strict mode names only the last element of the path.

@@ -121,11 +121,11 @@ func TestLoadNamesFile(t *testing.T) {
 }
 
 func TestSaveRoundTripAndAtomic(t *testing.T) {
-	st, err := Parse([]byte(valid + "vip:\n  address: 10.0.0.100\n  interface: eth0\n"))
+	_, err := Parse([]byte(valid + "vip:\n  address: 10.0.0.100\n  interface: eth0\n"))
 	if err == nil {
 		t.Fatal("kube-vip image missing should fail")
 	}
-	st, err = Parse([]byte(strings.Replace(valid, "images:\n", "images:\n  kube-vip: ghcr.io/kube-vip/kube-vip:v0.8.9\n", 1) + "vip:\n  address: 10.0.0.100\n  interface: eth0\n"))
+	st, err := Parse([]byte(strings.Replace(valid, "images:\n", "images:\n  kube-vip: ghcr.io/kube-vip/kube-vip:v0.8.9\n", 1) + "vip:\n  address: 10.0.0.100\n  interface: eth0\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,4 +245,3 @@ func newVersionCmd(g *globals) *cobra.Command {
 		}),
 	}
 }
-
