@@ -326,7 +326,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	from, _ := cur.Marshal()
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Release: []byte(last.SnapshotDir), Changed: plan.Changed()})
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed()})
 	if err != nil {
 		return Result{}, err
 	}
@@ -620,7 +620,7 @@ func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error 
 		_, err := e.store.RestartAsIs(comp, stamp)
 		return err
 	case r.txn.Kind == journal.KindRollbackLast:
-		snap, err := snapshot.Load(string(r.txn.Release), manifest.DerivedPaths(r.to))
+		snap, err := snapshot.Load(r.txn.Source, manifest.DerivedPaths(r.to))
 		if err != nil {
 			return err
 		}

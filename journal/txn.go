@@ -74,8 +74,10 @@ type Txn struct {
 	// to the state it commits.
 	From []byte `json:"from,omitempty"`
 	To   []byte `json:"to,omitempty"`
-	// Release is the release file as given.
+	// Release is the release file as given (upgrade).
 	Release []byte `json:"release,omitempty"`
+	// Source is the retained snapshot directory a rollback-last puts back.
+	Source string `json:"source,omitempty"`
 	// Changed is the components whose manifest changes, in roster order.
 	Changed     []string `json:"changed,omitempty"`
 	SnapshotDir string   `json:"snapshotDir,omitempty"`
