@@ -31,5 +31,8 @@ lint: ## gofmt check, go vet, staticcheck
 torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more)
 	STRATUM_TORTURE=$${STRATUM_TORTURE:-50} $(GO) test -count=1 -timeout 0 -run TestCrashRandom -v ./engine | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|seed'
 
+demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back
+	$(GO) run ./internal/cmd/demo
+
 clean: ## remove build output (not the etcd build cache)
 	rm -rf $(BIN)
