@@ -1,0 +1,243 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
+)
+
+// KubeletVersion is the kubelet the end-to-end tests build and run.
+const KubeletVersion = "v1.34.4"
+
+// KubeletToolDir is the nested module that builds kubelet, relative to the
+// repository root.
+const KubeletToolDir = "internal/tools/kubelet"
+
+// KubeletBuildTimeout bounds one go build of kubelet: about 3.5 minutes on
+// 2 cores from a cold build cache, plus the module download.
+const KubeletBuildTimeout = 20 * time.Minute
+
+// CacheDir is where the end-to-end builds are kept between runs: the test
+// bed's cache ($STRATUM_CACHE, default $HOME/.cache/stratum-upgrade).
+func CacheDir() (string, error) { return etcdbuild.CacheDir() }
+
+// KubeletBinary returns the path of the kubelet binary,
+// <cache>/kubelet-v1.34.4/kubelet, building it from the tool module first
+// if the cache does not hold it. The build writes a temporary name and
+// renames it into place under an exclusive lock, so concurrent callers build
+// once and nobody ever runs a partial binary; on error nothing is left at
+// the returned path. built reports whether this call built it.
+func KubeletBinary(ctx context.Context) (path string, built bool, err error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", false, err
+	}
+	dir := filepath.Join(cache, "kubelet-"+KubeletVersion)
+	bin := filepath.Join(dir, "kubelet")
+	if ok, err := executable(bin); err != nil || ok {
+		return bin, false, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", false, fmt.Errorf("kubelet build cache: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(dir, "build.lock"), KubeletBuildTimeout)
+	if err != nil {
+		return "", false, err
+	}
+	defer unlock()
+	if ok, err := executable(bin); err != nil || ok { // built while we waited
+		return bin, false, err
+	}
+	root, err := etcdbuild.RepoRoot()
+	if err != nil {
+		return "", false, err
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".kubelet-%d.tmp", os.Getpid()))
+	defer os.Remove(tmp)
+	bctx, cancel := context.WithTimeout(ctx, KubeletBuildTimeout)
+	defer cancel()
+	ldflags := "-s -w -X k8s.io/component-base/version.gitVersion=" + KubeletVersion +
+		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" +
+		" -X k8s.io/component-base/version.gitTreeState=clean"
+	cmd := exec.CommandContext(bctx, "go", "build", "-p", "2", "-trimpath", "-ldflags", ldflags, "-o", tmp, "k8s.io/kubernetes/cmd/kubelet")
+	cmd.Dir = filepath.Join(root, KubeletToolDir)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-mod=readonly")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", false, fmt.Errorf("build kubelet %s in %s (timeout %s): %w\n%s", KubeletVersion, cmd.Dir, KubeletBuildTimeout, err, out)
+	}
+	out, err := exec.Command(tmp, "--version").CombinedOutput()
+	if err != nil {
+		return "", false, fmt.Errorf("built kubelet does not run: %w\n%s", err, out)
+	}
+	if want := "Kubernetes " + KubeletVersion; !strings.Contains(string(out), want) {
+		return "", false, fmt.Errorf("built kubelet reports %q, want %q", strings.TrimSpace(string(out)), want)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", false, fmt.Errorf("kubelet build cache: %w", err)
+	}
+	return bin, true, nil
+}
+
+// StaticEtcd returns a statically linked etcd for minor ("3.5" or "3.6"),
+// the only kind an image of one binary can run: etcdbuild.Binary's build
+// when it is static (it builds with CGO_ENABLED=0), otherwise a
+// CGO_ENABLED=0 build of the same tool module cached at
+// <cache>/e2e/etcd-<version>/etcd.
+func StaticEtcd(minor string) (string, error) {
+	path, err := etcdbuild.Binary(minor)
+	if err != nil {
+		return "", err
+	}
+	static, err := IsStatic(path)
+	if err != nil {
+		return "", err
+	}
+	if static {
+		return path, nil
+	}
+	b, err := etcdbuild.Lookup(minor)
+	if err != nil {
+		return "", err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	root, err := etcdbuild.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(cache, "e2e", "etcd-"+b.ModuleVersion, "etcd")
+	if err := BuildStatic(filepath.Join(root, b.ToolDir), ".", out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// IsStatic reports whether the ELF executable at path needs no dynamic
+// loader (no PT_INTERP program header).
+func IsStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("static check %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// BuildStatic builds package pkg of the module in dir with CGO_ENABLED=0
+// into out, through a temporary name in out's directory and a rename, so
+// out is always either the previous build or the new one, whole. It checks
+// that the result is static.
+func BuildStatic(dir, pkg, out string) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("build %s: %w", pkg, err)
+	}
+	unlock, err := lockFile(out+".lock", 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	tmp := filepath.Join(filepath.Dir(out), fmt.Sprintf(".%s-%d.tmp", filepath.Base(out), os.Getpid()))
+	defer os.Remove(tmp)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s in %s: %w\n%s", pkg, dir, err, b)
+	}
+	static, err := IsStatic(tmp)
+	if err != nil {
+		return err
+	}
+	if !static {
+		return fmt.Errorf("go build %s with CGO_ENABLED=0 produced a dynamically linked binary", pkg)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return fmt.Errorf("build %s: %w", pkg, err)
+	}
+	return nil
+}
+
+// fileDigest is the hex sha256 of the file at path.
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("digest %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func executable(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("build cache: %w", err)
+	}
+	return fi.Mode().IsRegular() && fi.Mode()&0o111 != 0, nil
+}
+
+// lockFile takes an exclusive flock on path, waiting at most timeout. The
+// returned func releases it.
+func lockFile(path string, timeout time.Duration) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: another process held it for over %s", path, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// tailFile is the last n lines of the file at path ("" when unreadable).
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
