@@ -239,8 +239,9 @@ func archiveKey(images []Image) (string, error) {
 
 // CachedArchive returns a docker-archive of images under dir, named after
 // a digest of the images' specs and file contents: an archive already
-// there is reused, otherwise it is written (WriteArchive).
-func CachedArchive(dir string, images []Image) (string, bool, error) {
+// there is reused, otherwise it is written (WriteArchive) and the other
+// archives in dir are removed. written reports whether this call wrote it.
+func CachedArchive(dir string, images []Image) (path string, written bool, err error) {
 	key, err := archiveKey(images)
 	if err != nil {
 		return "", false, fmt.Errorf("image archive: %w", err)
@@ -254,6 +255,13 @@ func CachedArchive(dir string, images []Image) (string, bool, error) {
 	}
 	if err := WriteArchive(dst, images); err != nil {
 		return "", false, err
+	}
+	// Older archives are of binaries or specs that changed: drop them.
+	old, _ := filepath.Glob(filepath.Join(dir, "images-*.tar"))
+	for _, o := range old {
+		if o != dst {
+			os.Remove(o)
+		}
 	}
 	return dst, true, nil
 }

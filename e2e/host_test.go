@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startHost builds kubelet and the images and starts a Host whose teardown
+// is registered with t.Cleanup and must be clean.
+func startHost(t *testing.T) *Host {
+	t.Helper()
+	kubelet, built, err := KubeletBinary(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubelet %s (built now: %v)", kubelet, built)
+	archive, written, err := BuildImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("images %s (written now: %v)", archive, written)
+	h, err := StartHost(t.Context(), HostOptions{Images: archive, Kubelet: kubelet, Logf: t.Logf})
+	if h != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("kubelet log (tail):\n%s", tailFile(h.KubeletLog, 80))
+				t.Logf("containerd log (tail):\n%s", tailFile(h.ContainerdLog, 30))
+			}
+			start := time.Now()
+			if err := h.Stop(os.Getenv("STRATUM_E2E_KEEP") == "1"); err != nil {
+				t.Errorf("teardown: %v", err)
+			}
+			t.Logf("teardown in %s", time.Since(start).Round(time.Millisecond))
+			checkTornDown(t, h)
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// checkTornDown asserts nothing of the host is left: no process naming the
+// root, no mount under it, no kubepods cgroup.
+func checkTornDown(t *testing.T, h *Host) {
+	t.Helper()
+	if ps, _ := processesWith(h.Root); len(ps) > 0 {
+		t.Errorf("processes left after teardown: %v", ps)
+	}
+	if mps, _ := mountsUnder(h.Root); len(mps) > 0 {
+		t.Errorf("mounts left after teardown: %v", mps)
+	}
+	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(cg) > 0 {
+		t.Errorf("kubepods cgroups left after teardown: %v", cg)
+	}
+}
+
+const pausePod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: pause
+  namespace: kube-system
+spec:
+  hostNetwork: true
+  containers:
+  - name: pause
+    image: registry.k8s.io/pause:3.10
+    imagePullPolicy: Never
+`
+
+// TestHostRunsStaticPod: containerd and kubelet come up, a static pod of
+// the pause image runs as a host process under a shim, and its removal and
+// the teardown leave nothing behind.
+func TestHostRunsStaticPod(t *testing.T) {
+	requireE2E(t)
+	h := startHost(t)
+	imgs, err := h.Images(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(imgs, " "), SandboxImage) {
+		t.Fatalf("images after import: %v", imgs)
+	}
+	start := time.Now()
+	if err := os.WriteFile(filepath.Join(h.ManifestDir, "pause.yaml"), []byte(pausePod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = waitUntil(t.Context(), "the pause pod running", 60*time.Second, func() (bool, error) {
+		ps, err := h.ComponentPIDs("pause")
+		// the sandbox's pause and the container's pause
+		return err == nil && len(ps) >= 2, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("static pod running %s after its manifest appeared", time.Since(start).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	pods, err := h.Pods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubelet /pods: %+v", pods)
+}

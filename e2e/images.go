@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// ImageEnv is set in every image's ENV to the image's own reference, so a
+// running container's process says which image it runs
+// (/proc/<pid>/environ): the check that a rolled-back node runs the old
+// images again.
+const ImageEnv = "STRATUM_E2E_IMAGE"
+
+// imagePath is the PATH of every image; the renderer's commands are bare
+// names ("etcd", "kube-apiserver") resolved in it, as in the real images.
+const imagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// StandinComponents are the components the component stand-in plays in the
+// end-to-end node (no kube-vip: the node has no VIP).
+var StandinComponents = []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler}
+
+// Binaries are the programs the images hold.
+type Binaries struct {
+	Pause, Standin string
+	// Etcd maps an etcd image reference to its static binary.
+	Etcd map[string]string
+}
+
+// BuildBinaries builds the pause program and the component stand-in
+// (CGO_ENABLED=0, into <cache>/e2e/bin) and finds static builds of both
+// etcds.
+func BuildBinaries() (*Binaries, error) {
+	root, err := etcdbuild.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	b := &Binaries{Pause: filepath.Join(cache, "e2e", "bin", "pause"), Standin: filepath.Join(cache, "e2e", "bin", "component-standin"), Etcd: map[string]string{}}
+	if err := BuildStatic(root, "./e2e/pause", b.Pause); err != nil {
+		return nil, err
+	}
+	if err := BuildStatic(root, "./internal/cmd/component-standin", b.Standin); err != nil {
+		return nil, err
+	}
+	for _, eb := range etcdbuild.Builds {
+		p, err := StaticEtcd(eb.Minor)
+		if err != nil {
+			return nil, err
+		}
+		b.Etcd[eb.Image] = p
+	}
+	return b, nil
+}
+
+// ImageSet is every image the end-to-end node can run: the pause image;
+// each stand-in component at every testbed.KubeTags tag in every
+// standin.Modes mode under testbed.ModeImage's reference (the image's ENV
+// sets STANDIN_MODE, as the test bed's image map does); and both etcds
+// under their kubeadm references. Each carries ImageEnv.
+func ImageSet(b *Binaries) []Image {
+	imgs := []Image{{
+		Tags:       []string{SandboxImage},
+		Files:      []ImageFile{{Path: "/pause", Source: b.Pause, Mode: 0o755}},
+		Entrypoint: []string{"/pause"},
+		Env:        []string{imagePath, ImageEnv + "=" + SandboxImage},
+	}}
+	for _, comp := range StandinComponents {
+		bin := "/usr/local/bin/" + comp
+		for _, tag := range testbed.KubeTags {
+			for _, mode := range standin.Modes {
+				ref := testbed.ModeImage(comp, tag, mode)
+				imgs = append(imgs, Image{
+					Tags:       []string{ref},
+					Files:      []ImageFile{{Path: bin, Source: b.Standin, Mode: 0o755}},
+					Entrypoint: []string{bin},
+					Env:        []string{imagePath, standin.EnvMode + "=" + string(mode), ImageEnv + "=" + ref},
+				})
+			}
+		}
+	}
+	for _, eb := range etcdbuild.Builds {
+		imgs = append(imgs, Image{
+			Tags:       []string{eb.Image},
+			Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
+			Entrypoint: []string{"/usr/local/bin/etcd"},
+			Env:        []string{imagePath, ImageEnv + "=" + eb.Image},
+		})
+	}
+	return imgs
+}
+
+// BuildImages builds the binaries and returns a docker-archive of ImageSet,
+// cached under <cache>/e2e/images (rewritten only when a binary or a spec
+// changed). written reports whether this call wrote it.
+func BuildImages() (archive string, written bool, err error) {
+	b, err := BuildBinaries()
+	if err != nil {
+		return "", false, err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", false, err
+	}
+	archive, written, err = CachedArchive(filepath.Join(cache, "e2e", "images"), ImageSet(b))
+	if err != nil {
+		return "", false, fmt.Errorf("e2e images: %w", err)
+	}
+	return archive, written, nil
+}
