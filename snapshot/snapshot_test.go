@@ -93,6 +93,7 @@ func TestTakeRestoreRoundTrip(t *testing.T) {
 			}
 			// Break everything: edit, remove, add a leftover and a new component.
 			os.WriteFile(n.store.Path(nodestate.Etcd), []byte("garbage"), 0o600)
+			os.Chmod(n.store.Path(nodestate.Scheduler), 0o644) // the snapshot's mode must come back
 			os.Remove(n.store.Path(nodestate.KubeAPIServer))
 			os.WriteFile(filepath.Join(n.store.Dir(), "kube-scheduler.yaml.tmp"), []byte("x"), 0o600)
 			for _, p := range manifest.DerivedPaths(n.st) {

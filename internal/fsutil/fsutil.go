@@ -45,7 +45,20 @@ func WriteFile(path string, data []byte, perm fs.FileMode) (changed bool, err er
 		return false, nil
 	}
 	dir := filepath.Dir(path)
-	if err := renameio.WriteFile(path, data, perm, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm)); err != nil {
+	// Not renameio.WriteFile: it copies an existing file's mode over the
+	// one asked for, and the caller's mode must win (a restore puts back
+	// the mode a snapshot recorded).
+	pf, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm))
+	if err != nil {
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	defer pf.Cleanup()
+	if _, err := pf.Write(data); err != nil {
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	// CloseAtomicallyReplace fsyncs the staged file, closes it and renames
+	// it over path.
+	if err := pf.CloseAtomicallyReplace(); err != nil {
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := SyncDir(dir); err != nil {
