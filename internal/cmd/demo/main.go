@@ -11,9 +11,9 @@
 // history. Finally it tears the node down, removes the temporary directory
 // and checks that no process of the node and no file is left.
 //
-// It exits 0 when every step ended as expected, 1 when one did not (or
-// teardown left something behind), and 130 when interrupted (SIGINT or
-// SIGTERM tear the node down first). Flags:
+// It exits 0 when every step ended as expected, 1 when one did not or
+// teardown left something behind, and 130 when interrupted (SIGINT or
+// SIGTERM tear the node down first) and teardown left nothing. Flags:
 //
 //	-keep-going  run every step even after one ended unexpectedly
 package main
@@ -121,7 +121,7 @@ func (d *demo) main(ctx context.Context) int {
 	d.tearDown()
 	elapsed := time.Since(d.start).Round(100 * time.Millisecond)
 	switch {
-	case ctx.Err() != nil:
+	case ctx.Err() != nil && len(d.failures) == 0:
 		d.say("interrupted after %s", elapsed)
 		return 130
 	case len(d.failures) > 0:

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/testbed"
+)
+
+// buildDemo builds this program into a temp dir.
+func buildDemo(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "demo")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build the demo: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer safe for the command's writes and the
+// test's reads at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// demoRun is a started demo.
+type demoRun struct {
+	cmd      *exec.Cmd
+	out      *syncBuffer
+	tmp      string // its TMPDIR
+	finished chan struct{}
+	err      error // cmd.Wait's, once finished is closed
+}
+
+// startDemo starts the demo with TMPDIR set to a fresh temp dir. The
+// command gets SIGINT when the test ends early, so the demo still tears
+// its node down.
+func startDemo(t *testing.T) *demoRun {
+	t.Helper()
+	bin := buildDemo(t)
+	tmp := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 2 * time.Minute
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &demoRun{cmd: cmd, out: out, tmp: tmp, finished: make(chan struct{})}
+	go func() { r.err = cmd.Wait(); close(r.finished) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.finished:
+		case <-time.After(3 * time.Minute):
+			t.Errorf("the demo did not end within 3m of SIGINT")
+		}
+	})
+	return r
+}
+
+// wait waits for the demo to end and returns its exit code.
+func (r *demoRun) wait(t *testing.T) int {
+	t.Helper()
+	<-r.finished
+	return exitCode(t, r.err)
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("demo: %v", err)
+	return -1
+}
+
+// checkNothingLeft asserts the demo left no file in TMPDIR and no process
+// carrying the test bed's marker for a node under it.
+func checkNothingLeft(t *testing.T, tmp string) {
+	t.Helper()
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left behind in TMPDIR: %s", e.Name())
+	}
+	procs, _ := os.ReadDir("/proc")
+	want := []byte(testbed.MarkerEnv + "=" + tmp + string(filepath.Separator))
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", p.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.HasPrefix(kv, want) {
+				t.Errorf("process %s of the demo's node is still running (%s)", p.Name(), kv)
+			}
+		}
+	}
+}
+
+// TestDemo runs the demo end to end, as `make demo` does: it must exit 0,
+// show the commit with etcd on 3.6 and the rollback, and leave nothing
+// behind. This keeps the README's first command true.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo: a test bed node with real etcd, about 40s")
+	}
+	r := startDemo(t)
+	code := r.wait(t)
+	s := r.out.String()
+	t.Logf("demo output:\n%s", s)
+	if code != 0 {
+		t.Fatalf("demo exited %d, want 0", code)
+	}
+	for _, want := range []string{
+		"$ stratum-upgrade init --state node/state.yaml",
+		"$ stratum-upgrade plan --to v1.34.5.yaml",
+		"+    image: registry.k8s.io/etcd:3.6.5-0",
+		"[  ", // run's progress lines
+		"committed: node state is now v1.34.5",
+		"# etcd now serves 3.6.",
+		`demo/written-by still reads "etcd 3.5.`,
+		"rolling back: kube-scheduler: waiting for kube-scheduler to answer",
+		"rolled back ",
+		"[exit 3, as expected]",
+		"upgrade rolled-back",
+		"# teardown in ",
+		"nothing left behind",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if n := strings.Count(s, "\n"); n > 180 {
+		t.Errorf("demo printed %d lines; keep it readable (about 150)", n)
+	}
+	checkNothingLeft(t, r.tmp)
+}
+
+// TestDemoInterrupted sends the demo SIGINT during the first upgrade, as
+// Ctrl-C does: it must tear the node down, remove its files and exit 130.
+func TestDemoInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo: a test bed node with real etcd")
+	}
+	r := startDemo(t)
+	deadline := time.Now().Add(5 * time.Minute)
+	for !strings.Contains(r.out.String(), "waiting for kubelet to replace etcd") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo did not reach the etcd upgrade within 5m:\n%s", r.out)
+		}
+		select {
+		case <-r.finished:
+			t.Fatalf("the demo ended (%v) before the etcd upgrade:\n%s", r.err, r.out)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	code := r.wait(t)
+	s := r.out.String()
+	t.Logf("demo output:\n%s", s)
+	if code != 130 {
+		t.Fatalf("interrupted demo exited %d, want 130", code)
+	}
+	for _, want := range []string{"interrupted: tearing the node down", "# teardown in ", "# interrupted after "} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	checkNothingLeft(t, r.tmp)
+}
