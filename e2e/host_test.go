@@ -23,6 +23,12 @@ func startHost(t *testing.T) *Host {
 		t.Fatal(err)
 	}
 	t.Logf("images %s (written now: %v)", archive, written)
+	if scoped() {
+		if err := becomeSubreaper(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s=1: process scans scoped to this test's tree (pid %d), not host-wide", EnvScope, os.Getpid())
+	}
 	h, err := StartHost(t.Context(), HostOptions{Images: archive, Kubelet: kubelet, Logf: t.Logf})
 	if h != nil {
 		t.Cleanup(func() {

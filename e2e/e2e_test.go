@@ -1,0 +1,306 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// failingFlags bound the wait that detects a component that never becomes
+// healthy. That wait is exactly --active-timeout, so the default (3m) would
+// only make a failing scenario 3m slower without testing anything more;
+// every committing scenario runs with the default deadlines.
+var failingFlags = []string{"--active-timeout", "45s"}
+
+// TestRealKubelet drives stratum-upgrade through every scenario of
+// docs/e2e.md on one containerd and kubelet, each scenario on a fresh node
+// (manifests removed, pods gone, new PKI, data and journal, init).
+func TestRealKubelet(t *testing.T) {
+	requireE2E(t)
+	h := startHost(t)
+	currentHost = h
+	t.Cleanup(func() { currentHost = nil })
+	rep := &report{Kubelet: KubeletVersion, Deadlines: fmt.Sprintf("%+v", engine.DefaultDeadlines)}
+	t.Cleanup(func() { rep.write(t) })
+
+	t.Run("commit-with-etcd-minor-upgrade", func(t *testing.T) {
+		n := resetNode(t, h)
+		putKey(t, n, "before", "1")
+		rel := n.writeRelease(t, "v1.34.5-etcd36", true, "", "")
+		r := n.run(t, runOpts{}, "run", "--to", rel)
+		rep.add(t, "commit (etcd 3.5.21 -> 3.6.5, 3 stand-ins v1.34.4 -> v1.34.5), default deadlines", r)
+		if r.code != 0 {
+			t.Fatalf("run exited %d, want 0:\n%s", r.code, r.output())
+		}
+		checkConverged(t, n, engine.Committed, nil)
+		if v := etcdVersion(t, n); !strings.HasPrefix(v, "3.6.") {
+			t.Errorf("etcd serves %s after the upgrade, want 3.6", v)
+		}
+		if got := getKey(t, n, "before"); got != "1" {
+			t.Errorf("key written before the upgrade reads %q after it", got)
+		}
+	})
+
+	t.Run("scheduler-never-healthy-rolls-back", func(t *testing.T) {
+		n := resetNode(t, h)
+		before := n.manifests(t)
+		rel := n.writeRelease(t, "v1.34.5-scheduler-never-listen", false, nodestate.Scheduler, standin.ModeNeverListen)
+		r := n.run(t, runOpts{flags: failingFlags}, "run", "--to", rel)
+		rep.add(t, "scheduler never listens: automatic rollback (--active-timeout 45s)", r)
+		if r.code != 3 {
+			t.Fatalf("run exited %d, want 3 (rolled back):\n%s", r.code, r.output())
+		}
+		checkConverged(t, n, engine.RolledBack, before)
+	})
+
+	crashes := []struct {
+		name, fault string
+		etcd36      bool
+		fail        string
+		want        engine.Outcome
+	}{
+		{"sigkill-after-write-etcd", "after-write:etcd", true, "", engine.Committed},
+		{"sigkill-after-replaced-kube-apiserver", "after-replaced:kube-apiserver", false, "", engine.Committed},
+		{"sigkill-rollback-after-write-kube-scheduler", "rollback-after-write:kube-scheduler", false, nodestate.Scheduler, engine.RolledBack},
+	}
+	for _, c := range crashes {
+		t.Run(c.name, func(t *testing.T) {
+			n := resetNode(t, h)
+			before := n.manifests(t)
+			rel := n.writeRelease(t, "release", c.etcd36, c.fail, standin.ModeNeverListen)
+			var flags []string
+			if c.fail != "" {
+				flags = failingFlags
+			}
+			r := n.run(t, runOpts{fault: c.fault, flags: flags}, "run", "--to", rel)
+			rep.add(t, "killed at "+c.fault, r)
+			if r.code != -1 {
+				t.Fatalf("run was not killed at %s (exit %d):\n%s", c.fault, r.code, r.output())
+			}
+			wantCode := 0
+			if c.want == engine.RolledBack {
+				wantCode = 3
+			}
+			r = n.run(t, runOpts{flags: flags}, "resume")
+			rep.add(t, "resume after the kill at "+c.fault, r)
+			if r.code != wantCode {
+				t.Fatalf("resume exited %d, want %d:\n%s", r.code, wantCode, r.output())
+			}
+			checkConverged(t, n, c.want, before)
+		})
+	}
+
+	t.Run("kubelet-restarted-mid-upgrade", func(t *testing.T) {
+		n := resetNode(t, h)
+		rel := n.writeRelease(t, "release", false, "", "")
+		restarted := make(chan error, 1)
+		fired := false
+		r := n.run(t, runOpts{onEvent: func(ev engine.Event) {
+			if fired || ev.Step != "wait-replaced" || ev.Component != nodestate.ControllerManager {
+				return
+			}
+			fired = true
+			// kill kubelet while the engine waits on it, start it again
+			// a few seconds later, while the run goes on waiting
+			go func() {
+				if err := h.KillKubelet(); err != nil {
+					restarted <- err
+					return
+				}
+				t.Logf("kubelet killed while the engine waits for it to replace %s", ev.Component)
+				time.Sleep(5 * time.Second)
+				restarted <- h.StartKubelet(context.Background())
+			}()
+		}}, "run", "--to", rel)
+		rep.add(t, "kubelet SIGKILLed while the engine waits on kube-controller-manager, restarted 5 s later", r)
+		if !fired {
+			t.Fatalf("the run never waited on kube-controller-manager:\n%s", r.output())
+		}
+		if err := <-restarted; err != nil {
+			t.Fatal(err)
+		}
+		if r.code != 0 {
+			t.Logf("run exited %d; resuming:\n%s", r.code, r.output())
+			rr := n.run(t, runOpts{}, "resume")
+			rep.add(t, "resume after the kubelet restart", rr)
+			if rr.code != 0 {
+				t.Fatalf("resume exited %d:\n%s", rr.code, rr.output())
+			}
+		}
+		checkConverged(t, n, engine.Committed, nil)
+	})
+}
+
+// report is what the end-to-end run measured.
+type report struct {
+	Kubelet   string     `json:"kubelet"`
+	Deadlines string     `json:"defaultDeadlines"`
+	Runs      []runTimes `json:"runs"`
+}
+
+type runTimes struct {
+	Test      string      `json:"test"`
+	What      string      `json:"what"`
+	ExitCode  int         `json:"exitCode"`
+	Outcome   string      `json:"outcome,omitempty"`
+	Total     string      `json:"total"`
+	Steps     []stepTimes `json:"steps"`
+	Soak      string      `json:"verify,omitempty"`
+	Foreign   []string    `json:"interference,omitempty"`
+	TotalSecs float64     `json:"totalSeconds"`
+}
+
+// stepTimes is one component step: manifest written -> old process gone
+// and a new one running (replaced) -> the new one answering (active).
+type stepTimes struct {
+	Phase     string  `json:"phase"`
+	Component string  `json:"component"`
+	Replaced  float64 `json:"replacedSeconds"`
+	Active    float64 `json:"activeSeconds"`
+	Total     float64 `json:"totalSeconds"`
+}
+
+func (rep *report) add(t *testing.T, what string, r runResult) {
+	rt := runTimes{Test: t.Name(), What: what, ExitCode: r.code, Total: r.elapsed.Round(10 * time.Millisecond).String(), TotalSecs: r.elapsed.Seconds(), Foreign: r.foreign}
+	if r.final != nil {
+		rt.Outcome, _ = r.final["outcome"].(string)
+	}
+	type key struct{ phase, comp string }
+	write, replaced := map[key]time.Time{}, map[key]time.Time{}
+	var verify time.Time
+	for _, ev := range r.events {
+		k := key{ev.Phase, ev.Component}
+		switch ev.Step {
+		case "write":
+			write[k] = ev.Time
+			delete(replaced, k)
+		case "wait-active":
+			replaced[k] = ev.Time
+		case "done":
+			w, ok := write[k]
+			if !ok || ev.Component == "" {
+				continue
+			}
+			s := stepTimes{Phase: ev.Phase, Component: ev.Component, Total: ev.Time.Sub(w).Seconds()}
+			if rp, ok := replaced[k]; ok {
+				s.Replaced, s.Active = rp.Sub(w).Seconds(), ev.Time.Sub(rp).Seconds()
+			}
+			rt.Steps = append(rt.Steps, s)
+		case "verify":
+			verify = ev.Time
+		}
+	}
+	if !verify.IsZero() && len(r.events) > 0 {
+		rt.Soak = r.events[len(r.events)-1].Time.Sub(verify).Round(10 * time.Millisecond).String()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: exit %d %s in %s", what, r.code, rt.Outcome, rt.Total)
+	for _, s := range rt.Steps {
+		fmt.Fprintf(&b, "\n  %-12s %-24s replaced %6.2fs  active %6.2fs  step %6.2fs", s.Phase, s.Component, s.Replaced, s.Active, s.Total)
+	}
+	if rt.Soak != "" {
+		fmt.Fprintf(&b, "\n  verify (soak and commit or rollback start) %s", rt.Soak)
+	}
+	t.Log(b.String())
+	rep.Runs = append(rep.Runs, rt)
+}
+
+// write saves the report as JSON to $STRATUM_E2E_REPORT (default
+// <cache>/e2e/report.json).
+func (rep *report) write(t *testing.T) {
+	path := os.Getenv("STRATUM_E2E_REPORT")
+	if path == "" {
+		cache, err := CacheDir()
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		path = filepath.Join(cache, "e2e", "report.json")
+	}
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		t.Logf("report: %v", err)
+		return
+	}
+	t.Logf("measurements written to %s", path)
+}
+
+// etcd client of the node (the apiserver-etcd-client certificate).
+func etcdClient(t *testing.T, n *node) *clientv3.Client {
+	t.Helper()
+	pki := n.st.PKIDir
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-etcd-client.crt"), filepath.Join(pki, "apiserver-etcd-client.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(pki, "etcd/ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{n.etcdEndpoint()},
+		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
+		DialTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func (n *node) etcdEndpoint() string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.st.Ports.EtcdClient))
+}
+
+func putKey(t *testing.T, n *node, k, v string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := etcdClient(t, n).Put(ctx, k, v); err != nil {
+		t.Fatalf("etcd put %s: %v", k, err)
+	}
+}
+
+func getKey(t *testing.T, n *node, k string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := etcdClient(t, n).Get(ctx, k)
+	if err != nil {
+		t.Fatalf("etcd get %s: %v", k, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+func etcdVersion(t *testing.T, n *node) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := etcdClient(t, n).Status(ctx, n.etcdEndpoint())
+	if err != nil {
+		t.Fatalf("etcd status: %v", err)
+	}
+	return st.Version
+}
+
