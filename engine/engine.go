@@ -17,7 +17,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -500,6 +503,9 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 		b, err := e.etcd.Backup(bctx, r.from, path)
 		cancel()
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("etcd backup before changing etcd's image did not finish within %s (--etcd-backup-timeout): %w", e.dl.EtcdBackup, err)
+			}
 			return fmt.Errorf("etcd backup before changing etcd's image: %w", err)
 		}
 		if backup, err = json.Marshal(b); err != nil {
@@ -545,6 +551,11 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 				return fmt.Errorf("%s: %w", comp, err)
 			}
 			mark = journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: comp, ProcMark: &m}
+			if r.txn.Kind == journal.KindRollbackLast {
+				// The retained snapshot's bytes would give the pod a UID
+				// kubelet terminated in the upgrade; a fresh stamp does not.
+				mark.Stamp = e.store.Stamp()
+			}
 			if err := e.append(r, journal.PhaseApplying, append(pending, mark)...); err != nil {
 				return err
 			}
@@ -629,9 +640,6 @@ func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error 
 			_, err := e.store.Remove(comp)
 			return err
 		}
-		if stamp, err = e.currentStamp(comp); err != nil {
-			return err
-		}
 		out, err := manifest.SetRestartedAt(b, stamp)
 		if err != nil {
 			return err
@@ -641,23 +649,6 @@ func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error 
 	default:
 		return e.store.Start(r.to, comp)
 	}
-}
-
-// currentStamp is the restarted-at stamp on disk, so a rollback-last step
-// changes only what the snapshot changes.
-func (e *Engine) currentStamp(comp string) (string, error) {
-	b, err := e.store.Read(comp)
-	if errors.Is(err, manifest.ErrNoManifest) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	pod, err := manifest.DecodePod(b)
-	if err != nil {
-		return "", nil
-	}
-	return manifest.RestartedAt(pod), nil
 }
 
 // identity is the JSON of comp's current processes, journaled with its step
@@ -703,9 +694,8 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 			want[comp] = rec.Note
 			continue
 		}
-		// The step's done record was not journaled (it rides with the next
-		// write) or was written in another boot: the soak starts from the
-		// processes that run now.
+		// The step was done in another boot: every process is new, so the
+		// soak starts from the processes that run now.
 		if want[comp], err = e.identity(r.to, comp); err != nil {
 			return err
 		}
@@ -772,26 +762,45 @@ func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []str
 func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 	reason := r.txn.Reason
 	if err := e.rollbackSteps(ctx, r); err != nil {
-		if errors.Is(err, errFatalJournal) || ctx.Err() != nil {
-			return r.result("", reason), fmt.Errorf("%w: rollback of %s left open (%v); run `stratum-upgrade resume` to continue it", ErrInterrupted, r.txn.ID, err)
+		if errors.Is(err, errFatalJournal) || errors.Is(err, errResumable) || ctx.Err() != nil {
+			return r.result("", reason), fmt.Errorf("%w: the rollback of %s is paused and stays open: %v; once the cause is fixed, `stratum-upgrade resume` continues it", ErrInterrupted, r.txn.ID, err)
 		}
 		detail := e.nodeReport(r)
 		msg := fmt.Sprintf("%s; then the rollback failed: %v", reason, err)
 		if ferr := e.j.Finish(r.txn.ID, journal.PhaseRollbackFailed, msg, detail); ferr != nil {
-			return r.result("", msg), fmt.Errorf("rollback failed (%v) and could not be journaled: %w", err, ferr)
+			return r.result("", msg), fmt.Errorf("rollback failed (%v) and could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` retries the rollback", err, ferr)
 		}
 		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
-		return r.result(RollbackFailed, msg), fmt.Errorf("%w: %s. The node state in the journal is still the one before the upgrade; see `stratum-upgrade status` for each component, fix the cause, then run `stratum-upgrade render` to put every manifest back from it", ErrRollbackFailed, msg)
+		return r.result(RollbackFailed, msg), fmt.Errorf("%w: %s. %s", ErrRollbackFailed, msg, e.rollbackFailedAdvice(r))
 	}
 	fault.Hit("before-rolled-back")
 	if err := e.j.Finish(r.txn.ID, journal.PhaseRolledBack, reason, nil); err != nil {
-		return r.result("", reason), err
+		return r.result("", reason), fmt.Errorf("the rollback is done but could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` verifies it again and closes it", err)
 	}
 	r.txn.Phase = journal.PhaseRolledBack
 	e.event(r.txn.ID, journal.PhaseRolledBack, "rolled-back", "", "", "rolled back: "+reason)
 	e.prune()
 	return r.result(RolledBack, reason), fmt.Errorf("%w: %s", ErrRolledBack, reason)
 }
+
+// rollbackFailedAdvice says what the operator should do after a failed
+// rollback, for this transaction's situation.
+func (e *Engine) rollbackFailedAdvice(r *run) string {
+	adv := "The node state in the journal is still the one from before this transaction; `stratum-upgrade status` shows each component. Fix the cause, then run `stratum-upgrade render` to put every manifest back from it."
+	data := filepath.Clean(r.from.Etcd.DataDir)
+	aside := data + ".stratum-pre-rollback-" + r.txn.ID
+	if _, err := os.Lstat(data); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(aside); err == nil {
+			adv = fmt.Sprintf("etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `stratum-upgrade render`, or etcd starts as a new, empty cluster. ", data, aside, data+".stratum-restore") + adv
+		}
+	}
+	return adv
+}
+
+// errResumable marks a rollback failure that leaves the node in a state a
+// later resume can continue from (an etcd data restore that failed on I/O):
+// the transaction stays open instead of ending rollback-failed.
+var errResumable = errors.New("resumable")
 
 // written is the components the transaction wrote (or may have written: a
 // mark is journaled before the write), in roster order.
@@ -800,6 +809,29 @@ func (r *run) written() []string {
 	for _, comp := range r.txn.Changed {
 		if _, ok := r.find(journal.PhaseApplying, stepMark, comp); ok {
 			out = append(out, comp)
+		}
+	}
+	return out
+}
+
+// restartSet is the components the rollback restarts, in roster order:
+// those the transaction wrote, and after a restore of etcd's data the whole
+// control plane, whose caches hold revisions the restored data does not.
+func (r *run) restartSet(written []string) []string {
+	_, etcdRestored := r.find(journal.PhaseRollingBack, stepEtcd, nodestate.Etcd)
+	var out []string
+	for _, comp := range manifest.NamesFor(r.from) {
+		switch {
+		case contains(written, comp):
+		case etcdRestored && (comp == nodestate.KubeAPIServer || comp == nodestate.ControllerManager || comp == nodestate.Scheduler):
+		default:
+			continue
+		}
+		out = append(out, comp)
+	}
+	for _, comp := range written {
+		if !contains(out, comp) {
+			out = append(out, comp) // added by the upgrade: the restore removes it
 		}
 	}
 	return out
@@ -816,12 +848,56 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		return nil
 	}
 	derived := manifest.DerivedPaths(r.from)
-	if _, done := r.find(journal.PhaseRollingBack, stepRestore, ""); !done {
-		if err := e.restoreEtcd(ctx, r, written); err != nil {
+	// The whole snapshot is validated before anything moves, etcd included.
+	snap, err := snapshot.Load(r.txn.SnapshotDir, derived)
+	if err != nil {
+		return err
+	}
+	_, restored := r.find(journal.PhaseRollingBack, stepRestore, "")
+	if !restored {
+		if err := e.restoreEtcd(ctx, r, written, snap); err != nil {
+			return err
+		}
+	}
+	restart := r.restartSet(written)
+	// Every restart's mark and restarted-at stamp is journaled before the
+	// restore writes them, so the restore writes each manifest once, with
+	// its stamp (a fresh pod UID), and every process started from that
+	// write counts as after its mark.
+	var marks []journal.Record
+	var last proc.Mark
+	for _, comp := range restart {
+		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+			last = *rec.ProcMark
+			continue
+		}
+		if _, held := snap.Manifest(comp); !held {
+			continue
+		}
+		m, err := e.procs.Mark()
+		if err != nil {
+			return err
+		}
+		last = m
+		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: stepMark, Component: comp, ProcMark: &m, Stamp: e.store.Stamp()})
+	}
+	if len(marks) > 0 {
+		if err := e.append(r, journal.PhaseRollingBack, marks...); err != nil {
+			return err
+		}
+	}
+	if !restored {
+		stamps := map[string]string{}
+		for _, comp := range restart {
+			if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+				stamps[comp] = rec.Stamp
+			}
+		}
+		if err := e.procs.PastMark(ctx, last); err != nil {
 			return err
 		}
 		e.event(r.txn.ID, r.txn.Phase, "restore", "", "", "restoring the manifest snapshot "+r.txn.SnapshotDir)
-		res, err := snapshot.Restore(r.txn.SnapshotDir, e.store, derived)
+		res, err := snapshot.RestoreStamped(r.txn.SnapshotDir, e.store, derived, stamps)
 		if err != nil {
 			return err
 		}
@@ -833,11 +909,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	snap, err := snapshot.Load(r.txn.SnapshotDir, derived)
-	if err != nil {
-		return err
-	}
-	for _, comp := range written {
+	for _, comp := range restart {
 		if _, done := r.find(journal.PhaseRollingBack, stepDone, comp); done {
 			continue
 		}
@@ -855,28 +927,25 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 			}
 			continue
 		}
-		mark, resumed := r.find(journal.PhaseRollingBack, stepMark, comp)
-		if !resumed {
-			m, err := e.procs.Mark()
-			if err != nil {
-				return err
-			}
-			mark = journal.Record{Phase: journal.PhaseRollingBack, Step: stepMark, Component: comp, ProcMark: &m, Stamp: e.store.Stamp()}
-			if err := e.append(r, journal.PhaseRollingBack, mark); err != nil {
-				return err
-			}
-		}
+		mark, _ := r.find(journal.PhaseRollingBack, stepMark, comp)
+		// The restore wrote the stamped bytes already; the step's write is
+		// a no-op unless a crash came between the restore and its record.
 		if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp); err != nil {
 			return err
 		}
+		ids, err := e.identity(r.from, comp)
+		if err != nil {
+			return err
+		}
 		fault.Hit("rollback-after-step:" + comp)
-		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp}); err != nil {
+		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Note: ids}); err != nil {
 			return err
 		}
 	}
-	// Every component of the old roster must answer, not only those the
-	// upgrade touched.
-	for _, comp := range manifest.NamesFor(r.from) {
+	// The rollback is verified like an upgrade: every component of the old
+	// roster answers, then none is replaced again during the soak.
+	roster := manifest.NamesFor(r.from)
+	for _, comp := range roster {
 		t, err := manifest.Target(r.from, comp)
 		if err != nil {
 			return err
@@ -885,15 +954,24 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 			return fmt.Errorf("after rollback, %s: %w", comp, err)
 		}
 	}
-	return nil
+	want := map[string]string{}
+	for _, comp := range roster {
+		if want[comp], err = e.identity(r.from, comp); err != nil {
+			return err
+		}
+	}
+	e.event(r.txn.ID, r.txn.Phase, "verify", "", fmt.Sprintf("%s soak", e.dl.Soak), fmt.Sprintf("verifying the rolled-back components for %s", e.dl.Soak))
+	return e.soak(ctx, r.from, roster, want)
 }
 
-// restoreEtcd puts etcd's data back when the upgrade had started changing
-// etcd, for a single-member cluster: stop etcd, restore the backup into its
-// data dir (the data it wrote is moved aside, not deleted). In a
-// multi-member cluster the other members hold the data; only the manifest is
-// rolled back.
-func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string) error {
+// restoreEtcd puts etcd's data back when the upgrade had rewritten etcd's
+// manifest, for a single-member cluster: stop etcd, restore the backup into
+// its data dir (the data it wrote is moved aside, not deleted). In a
+// multi-member cluster the other members hold the data; only the manifest
+// is rolled back. Everything that can be checked is checked before etcd is
+// stopped; a restore that fails after the stop leaves the transaction open
+// (errResumable) for resume to finish.
+func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) error {
 	if !contains(written, nodestate.Etcd) || len(r.txn.EtcdBackup) == 0 {
 		return nil
 	}
@@ -904,19 +982,29 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string) erro
 		e.log.Warn("etcd is a multi-member cluster: its data is not restored, only its manifest; the other members hold the data")
 		return nil
 	}
+	// A mark is journaled before the write: if the manifest on disk is
+	// still the snapshot's, the new etcd never ran and its data is the
+	// backup's plus what the old etcd wrote since. Keep it.
+	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
+		e.log.Info("etcd's manifest was never rewritten: its data is not restored")
+		return nil
+	}
 	var b snapshot.EtcdBackup
 	if err := json.Unmarshal(r.txn.EtcdBackup, &b); err != nil {
 		return fmt.Errorf("journaled etcd backup: %w", err)
+	}
+	aside := r.from.Etcd.DataDir + ".stratum-pre-rollback-" + r.txn.ID
+	if err := snapshot.CheckEtcdRestore(r.from, &b, aside); err != nil {
+		return fmt.Errorf("etcd's data cannot be restored, so etcd was left running: %w", err)
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-stop", nodestate.Etcd, "etcd to exit", "stopping etcd to restore its data")
 	if err := e.store.Stop(ctx, r.from, nodestate.Etcd, e.dl.Stop); err != nil {
 		return err
 	}
 	fault.Hit("after-etcd-stop")
-	aside := r.from.Etcd.DataDir + ".stratum-pre-rollback-" + r.txn.ID
 	e.event(r.txn.ID, r.txn.Phase, "etcd-restore", nodestate.Etcd, "", fmt.Sprintf("restoring etcd data from %s (revision %d); the data it replaces is kept at %s", b.Path, b.Revision, aside))
 	if err := e.etcd.Restore(ctx, r.from, &b, aside); err != nil {
-		return err
+		return fmt.Errorf("%w: etcd is stopped and its data restore failed: %v", errResumable, err)
 	}
 	fault.Hit("after-etcd-restore")
 	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepEtcd, Component: nodestate.Etcd, Note: aside})
@@ -990,6 +1078,16 @@ func (e *Engine) prune() {
 	keepIDs := map[string]bool{}
 	if open, err := e.j.OpenTxn(); err == nil && open != nil {
 		keepIDs[open.ID] = true
+	}
+	// `rollback --last` needs the newest committed upgrade's snapshot, however
+	// many failed attempts came after it.
+	if hist, err := e.j.History(0); err == nil {
+		for _, t := range hist {
+			if t.Phase == journal.PhaseCommitted && t.Kind == journal.KindUpgrade {
+				keepIDs[filepath.Base(t.SnapshotDir)] = true
+				break
+			}
+		}
 	}
 	removed, err := e.snaps.Prune(keepIDs)
 	if err != nil {

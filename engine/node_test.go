@@ -472,4 +472,34 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 			t.Fatalf("the replaced etcd data is not kept aside: %v", aside)
 		}
 	})
+	t.Run("restored data restarts the control plane", func(t *testing.T) {
+		f := newFixture(t, testbed.Options{})
+		// Only etcd and the (failing) scheduler change: the apiserver and
+		// controller-manager are never written, but after etcd's data goes
+		// back their caches are ahead of it, so they must be restarted too.
+		rel := release(f.node.State, true, nodestate.Scheduler, standin.ModeNeverListen)
+		delete(rel.Images, nodestate.KubeAPIServer)
+		delete(rel.Images, nodestate.ControllerManager)
+		before := map[string][]proc.Process{}
+		for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager} {
+			tg, _ := manifest.Target(f.node.State, comp)
+			before[comp], _ = f.node.Scanner.PIDs(tg.Binary)
+		}
+		dl := testDeadlines
+		dl.Replace, dl.Active = 10*time.Second, 4*time.Second
+		f.e = f.engine(f.node.Scanner, dl)
+		if _, err := f.e.Run(t.Context(), rel, nil); !errors.Is(err, ErrRolledBack) {
+			t.Fatalf("Run: %v", err)
+		}
+		for comp, old := range before {
+			tg, _ := manifest.Target(f.node.State, comp)
+			now, _ := f.node.Scanner.PIDs(tg.Binary)
+			if len(now) != 1 || len(old) != 1 || now[0] == old[0] {
+				t.Errorf("%s was not restarted after etcd's data was restored: %v -> %v", comp, old, now)
+			}
+		}
+		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.5.") {
+			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
+		}
+	})
 }

@@ -4,6 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ciq/stratum-upgrade/internal/fsutil"
 
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -49,6 +56,9 @@ func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (
 	if err != nil {
 		return nil, err
 	}
+	if err := checkStrays(store, manifest.NamesFor(to)); err != nil {
+		return nil, err
+	}
 	plan := &Plan{From: st, To: to}
 	for _, comp := range manifest.NamesFor(to) {
 		before, stamp, err := onDisk(store, comp)
@@ -66,11 +76,18 @@ func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (
 	if len(plan.Changes) == 0 {
 		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
 	}
+	if contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
+		if err := snapshot.CheckEtcdDataDir(st); err != nil {
+			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
+		}
+	}
 	return plan, nil
 }
 
 // onDisk is comp's manifest bytes and restarted-at stamp as on disk; both
-// empty when there is no manifest or it does not decode.
+// empty when there is no manifest. A manifest that a snapshot restore would
+// refuse (it does not decode strictly as comp's pod) is an error: the
+// transaction could snapshot it but never roll back to it.
 func onDisk(store *manifest.Store, comp string) ([]byte, string, error) {
 	b, err := store.Read(comp)
 	if errors.Is(err, manifest.ErrNoManifest) {
@@ -80,16 +97,59 @@ func onDisk(store *manifest.Store, comp string) ([]byte, string, error) {
 		return nil, "", err
 	}
 	pod, err := manifest.DecodePod(b)
+	if err == nil && pod.Labels["component"] != comp {
+		err = fmt.Errorf("it is a pod of component %q", pod.Labels["component"])
+	}
 	if err != nil {
-		return b, "", nil
+		return nil, "", fmt.Errorf("manifest %s does not decode as the %s pod (%v): an upgrade could not roll back to it; run `stratum-upgrade render` to rewrite it from the node state, then try again", store.Path(comp), comp, err)
 	}
 	return b, manifest.RestartedAt(pod), nil
+}
+
+// checkStrays refuses a visible file in the manifest directory that is a
+// pod with the same namespace and name as a roster component's: kubelet
+// runs whichever file sorts last at every relist, so an upgrade would
+// commit and then be undone by that file (an operator's "kube-apiserver.yaml.bak").
+func checkStrays(store *manifest.Store, roster []string) error {
+	strays, err := store.Strays()
+	if err != nil {
+		return err
+	}
+	for _, f := range strays {
+		b, _, err := fsutil.ReadRegular(filepath.Join(store.Dir(), f))
+		if err != nil || len(b) > 10<<20 {
+			continue // a directory, a link kubelet follows to garbage, or too big for kubelet: not a pod it runs
+		}
+		var head struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if yaml.Unmarshal(b, &head) != nil || head.Kind != "Pod" {
+			continue
+		}
+		for _, comp := range roster {
+			if head.Metadata.Name == comp && head.Metadata.Namespace == metav1.NamespaceSystem {
+				return fmt.Errorf("%s in the manifest directory is a pod named %s/%s: kubelet runs it instead of %s at every relist and would undo the upgrade; move it out of %s and try again",
+					f, head.Metadata.Namespace, comp, manifest.FileName(comp), store.Dir())
+			}
+		}
+	}
+	return nil
 }
 
 // planFromSnapshot is the plan of a rollback-last: every component whose
 // manifest on disk differs from the retained snapshot's, but for the
 // restarted-at stamp, which is kept as on disk.
 func planFromSnapshot(store *manifest.Store, cur, old *nodestate.NodeState, snap *snapshot.Loaded) (*Plan, error) {
+	if err := checkStrays(store, manifest.NamesFor(old)); err != nil {
+		return nil, err
+	}
+	if err := checkEtcdDowngrade(cur, old); err != nil {
+		return nil, err
+	}
 	plan := &Plan{From: cur, To: old}
 	for _, comp := range manifest.NamesFor(old) {
 		before, stamp, err := onDisk(store, comp)
@@ -112,4 +172,36 @@ func planFromSnapshot(store *manifest.Store, cur, old *nodestate.NodeState, snap
 		return nil, fmt.Errorf("%w: the manifests on disk already are those of the snapshot", ErrNothingToDo)
 	}
 	return plan, nil
+}
+
+// etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.5-0"
+// -> 3, 6), false when the reference has no parseable tag.
+func etcdMinor(image string) (int, int, bool) {
+	ref := image
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return 0, 0, false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(ref[i+1:], "v"), "%d.%d", &major, &minor); err != nil {
+		return 0, 0, false
+	}
+	return major, minor, true
+}
+
+// checkEtcdDowngrade refuses to put back an etcd of a lower minor version:
+// once the newer member ran, the cluster version in its data is the newer
+// one and the older etcd refuses to start on it, taking the control plane
+// down until the automatic rollback. etcd has its own downgrade procedure.
+func checkEtcdDowngrade(cur, old *nodestate.NodeState) error {
+	curMaj, curMin, ok1 := etcdMinor(cur.Images[nodestate.Etcd])
+	oldMaj, oldMin, ok2 := etcdMinor(old.Images[nodestate.Etcd])
+	if !ok1 || !ok2 || oldMaj > curMaj || oldMaj == curMaj && oldMin >= curMin {
+		return nil
+	}
+	return fmt.Errorf("rollback --last would move etcd from %s down to %s: etcd %d.%d refuses to start on data a %d.%d member has run on (the cluster version is stored in the data); downgrade etcd with its own procedure (etcdctl downgrade validate/enable) first, or run an upgrade to a release that keeps etcd at %d.%d",
+		cur.Images[nodestate.Etcd], old.Images[nodestate.Etcd], oldMaj, oldMin, curMaj, curMin, curMaj, curMin)
 }

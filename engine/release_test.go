@@ -148,3 +148,56 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+func TestPlanRefusesWhatARollbackCouldNotUndo(t *testing.T) {
+	rel, _, err := LoadRelease(filepath.Join("..", "testdata", "releases", "v1.34.5-no-etcd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("stray pod with a component's name", func(t *testing.T) {
+		e, store, _, _ := planNode(t, "default-vip")
+		bak := filepath.Join(store.Dir(), "kube-apiserver.yaml.bak")
+		if err := os.WriteFile(bak, must(store.Read(nodestate.KubeAPIServer)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.Plan(rel)
+		if err == nil || !strings.Contains(err.Error(), "kube-apiserver.yaml.bak") || !strings.Contains(err.Error(), "instead of kube-apiserver.yaml") {
+			t.Fatalf("Plan with a stray kube-apiserver pod: %v", err)
+		}
+		// A stray that is not one of our pods is only a warning.
+		os.Remove(bak)
+		os.WriteFile(filepath.Join(store.Dir(), "README"), []byte("notes"), 0o600)
+		if _, err := e.Plan(rel); err != nil {
+			t.Fatalf("Plan with a harmless stray: %v", err)
+		}
+	})
+	t.Run("manifest that does not decode", func(t *testing.T) {
+		e, store, _, _ := planNode(t, "default-vip")
+		b := strings.Replace(string(must(store.Read(nodestate.Scheduler))), "  containers:", "  imagePullPolcy: Never\n  containers:", 1)
+		os.WriteFile(store.Path(nodestate.Scheduler), []byte(b), 0o600)
+		_, err := e.Plan(rel)
+		if err == nil || !strings.Contains(err.Error(), "stratum-upgrade render") || !strings.Contains(err.Error(), "kube-scheduler") {
+			t.Fatalf("Plan over a manifest a restore would refuse: %v", err)
+		}
+	})
+}
+
+func TestEtcdDowngradeRefused(t *testing.T) {
+	for _, c := range []struct {
+		cur, old string
+		refused  bool
+	}{
+		{"registry.k8s.io/etcd:3.6.5-0", "registry.k8s.io/etcd:3.5.21-0", true},
+		{"registry.k8s.io/etcd:3.6.5-0", "registry.k8s.io/etcd:3.6.1-0", false},
+		{"registry.k8s.io/etcd:3.5.21-0", "registry.k8s.io/etcd:3.6.5-0", false},
+		{"registry.k8s.io/etcd@sha256:0123", "registry.k8s.io/etcd:3.5.21-0", false},
+		{"localhost:5000/etcd:v3.6.0", "localhost:5000/etcd:v3.5.9", true},
+	} {
+		cur := &nodestate.NodeState{Images: map[string]string{nodestate.Etcd: c.cur}}
+		old := &nodestate.NodeState{Images: map[string]string{nodestate.Etcd: c.old}}
+		err := checkEtcdDowngrade(cur, old)
+		if (err != nil) != c.refused {
+			t.Errorf("%s -> %s: %v, want refused %v", c.cur, c.old, err, c.refused)
+		}
+	}
+}

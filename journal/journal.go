@@ -125,6 +125,7 @@ func Open(path string, opt Options) (*Journal, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	created := false
 	fi, err := os.Lstat(path)
 	switch {
 	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
@@ -134,9 +135,10 @@ func Open(path string, opt Options) (*Journal, error) {
 	case errors.Is(err, fs.ErrNotExist) && opt.ReadOnly:
 		return nil, fmt.Errorf("journal %s does not exist: nothing has been imported or upgraded on this node yet", path)
 	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if err := fsutil.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("journal %s: create directory: %w", path, err)
 		}
+		created = true
 	case err != nil:
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
@@ -157,6 +159,13 @@ func Open(path string, opt Options) (*Journal, error) {
 		return nil, fmt.Errorf("journal %s %w: refusing to follow it", path, fsutil.ErrSymlink)
 	case err != nil:
 		return nil, fmt.Errorf("journal %s: open: %w", path, err)
+	}
+	if created {
+		// bbolt fsyncs the file, not the directory entry that names it.
+		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("journal %s: %w", path, err)
+		}
 	}
 	j := &Journal{db: db, path: path, bootID: opt.BootID, now: opt.Now}
 	if err := j.prepare(opt.ReadOnly); err != nil {

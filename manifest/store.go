@@ -171,7 +171,7 @@ func (s *Store) writable(op string) error {
 // Create is Open, but first makes dir (mode 0700) and its parents if
 // missing. It is for `init` on a node that has never run a control plane.
 func Create(dir string, opt Options) (*Store, error) {
-	if err := os.MkdirAll(dir, DirMode); err != nil {
+	if err := fsutil.MkdirAll(dir, DirMode); err != nil {
 		return nil, fmt.Errorf("manifest dir %s: %w", dir, err)
 	}
 	return Open(dir, opt)
@@ -416,7 +416,7 @@ func checkTarget(path string) error {
 // WriteDerived writes one render-derived file through the same atomic,
 // durable path as a manifest, creating its directory (0700) if missing.
 func writeDerived(d DerivedFile) (bool, error) {
-	if err := os.MkdirAll(filepath.Dir(d.Path), DirMode); err != nil {
+	if err := fsutil.MkdirAll(filepath.Dir(d.Path), DirMode); err != nil {
 		return false, fmt.Errorf("derived file %s: %w", d.Path, err)
 	}
 	changed, err := fsutil.WriteFile(d.Path, d.Data, d.Mode)

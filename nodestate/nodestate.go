@@ -377,6 +377,8 @@ func (st *NodeState) Validate() error {
 		for _, k := range sortedKeys(st.ExtraArgs[c]) {
 			if !flagName.MatchString(k) {
 				bad("extraArgs."+c+"."+k, "must be a flag name without leading dashes")
+			} else if field, owned := ownedEtcdFlags[k]; c == Etcd && owned {
+				bad("extraArgs.etcd."+k, "set by the node state's %s: the etcd backup and restore use that field, so it cannot be overridden here", field)
 			}
 		}
 	}
@@ -384,6 +386,25 @@ func (st *NodeState) Validate() error {
 		return errs
 	}
 	return nil
+}
+
+// ownedEtcdFlags are etcd flags rendered from dedicated node state fields
+// that the etcd data backup and restore rely on: an extra arg moving one of
+// them would have a rollback restore the wrong directory or dial the wrong
+// port.
+var ownedEtcdFlags = map[string]string{
+	"data-dir":                    "etcd.dataDir",
+	"name":                        "etcd.memberName",
+	"initial-cluster":             "etcd.initialCluster",
+	"initial-cluster-state":       "etcd.initialClusterState",
+	"initial-cluster-token":       "etcd.initialCluster",
+	"listen-client-urls":          "ports.etcdClient",
+	"advertise-client-urls":       "ports.etcdClient",
+	"initial-advertise-peer-urls": "ports.etcdPeer",
+	"listen-peer-urls":            "ports.etcdPeer",
+	"trusted-ca-file":             "pkiDir",
+	"cert-file":                   "pkiDir",
+	"key-file":                    "pkiDir",
 }
 
 func validateInitialCluster(s, member string) error {

@@ -59,6 +59,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad vip", valid + "vip:\n  address: nope\n  interface: eth0\n", "vip.address"},
 		{"duplicate port", valid + "ports:\n  scheduler: 6443\n", "ports.scheduler: port 6443 is already used by ports.apiServer"},
 		{"extra args for unknown", valid + "extraArgs:\n  kube-proxy:\n    v: \"2\"\n", "extraArgs.kube-proxy"},
+		{"extra arg moving etcd's data dir", valid + "extraArgs:\n  etcd:\n    data-dir: /mnt/etcd\n", "extraArgs.etcd.data-dir: set by the node state's etcd.dataDir"},
 		{"initial cluster without this member", strings.Replace(valid, "  dataDir: /var/lib/etcd", "  dataDir: /var/lib/etcd\n  initialCluster: cp-2=https://10.0.0.12:2380", 1), `etcd.initialCluster: does not list this member "cp-1"`},
 		{"wrong kind", strings.Replace(valid, "kind: NodeState", "kind: Pod", 1), "kind: must be"},
 	}

@@ -417,6 +417,11 @@ func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, as
 				return fail(err)
 			}
 		}
+		// The process that did it may have died before the renames were
+		// made durable.
+		if err := syncParents(dataDir, asideDir); err != nil {
+			return fail(err)
+		}
 		slog.Info("etcd restore already done", "dataDir", dataDir, "aside", asideDir)
 		return nil
 	case !live && aside && staged:
@@ -517,6 +522,64 @@ func orUnknown(s string) string {
 	return s
 }
 
+// EtcdRevisionBump is how far a restore moves etcd's revision past the
+// backup's: more revisions than a cluster writes between a pre-upgrade
+// backup and its rollback, as etcd's disaster recovery guide suggests.
+const EtcdRevisionBump = 1_000_000_000
+
+// CheckEtcdDataDir reports whether st's etcd data dir can be restored by
+// RestoreEtcd should a rollback need it: it must be a real directory (not a
+// symlink, not a mount point: the restore swaps directories by rename), or
+// not exist yet. It changes nothing. Call it before an upgrade that changes
+// etcd, so that a rollback is not found impossible halfway.
+func CheckEtcdDataDir(st *nodestate.NodeState) error {
+	dataDir := filepath.Clean(st.Etcd.DataDir)
+	live, err := dirState(dataDir)
+	if err != nil {
+		return fmt.Errorf("etcd data dir: %w", err)
+	}
+	if !live {
+		return nil
+	}
+	if err := checkMovable(dataDir); err != nil {
+		return fmt.Errorf("etcd data dir: %w", err)
+	}
+	return nil
+}
+
+// CheckEtcdRestore reports, changing nothing, whether RestoreEtcd(ctx, st,
+// b, asideDir) can restore: the cluster is a single member, the backup is
+// intact (VerifyEtcdBackup), and the directories are in a state the restore
+// starts from or resumes. The engine calls it before it stops etcd, so a
+// restore that cannot happen does not take etcd down first.
+func CheckEtcdRestore(st *nodestate.NodeState, b *EtcdBackup, asideDir string) error {
+	if b == nil {
+		return fmt.Errorf("%w: no etcd backup given", ErrInvalid)
+	}
+	if err := checkSingleMember(st, b); err != nil {
+		return err
+	}
+	dataDir := filepath.Clean(st.Etcd.DataDir)
+	live, err := dirState(dataDir)
+	if err != nil {
+		return err
+	}
+	aside, err := dirState(filepath.Clean(asideDir))
+	if err != nil {
+		return err
+	}
+	if aside {
+		return nil // an interrupted or finished restore: RestoreEtcd resumes it
+	}
+	if !live {
+		return fmt.Errorf("the etcd data dir %s does not exist: there is no etcd data to roll back; check etcd.dataDir in the node state", dataDir)
+	}
+	if err := checkMovable(dataDir); err != nil {
+		return err
+	}
+	return VerifyEtcdBackup(b)
+}
+
 // restoreStaging runs etcdutl's restore of b into staging, then makes the
 // result durable and gives it dataDir's mode and owner.
 func restoreStaging(st *nodestate.NodeState, b *EtcdBackup, dataDir, staging string) error {
@@ -532,6 +595,13 @@ func restoreStaging(st *nodestate.NodeState, b *EtcdBackup, dataDir, staging str
 		InitialCluster:      st.Etcd.InitialCluster,
 		InitialClusterToken: etcdInitialClusterToken,
 		SkipHashCheck:       false,
+		// The apiserver's watch cache and every client's informers hold
+		// revisions newer than the backup's. Without a bump new writes
+		// would reuse those revision numbers and watchers would miss them;
+		// marking the bumped revision compacted makes every watcher relist
+		// (etcd's and Kubernetes' restore guides).
+		RevisionBump:  EtcdRevisionBump,
+		MarkCompacted: true,
 	})
 	if err != nil {
 		return fmt.Errorf("etcdutl restore of %s into %s: %w", b.Path, staging, err)

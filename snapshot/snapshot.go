@@ -112,13 +112,18 @@ func (ix *Index) Manifests() []Entry {
 // where a manifest or derived file belongs fails the snapshot.
 func Take(dir string, store *manifest.Store, derivedPaths []string) (*Index, error) {
 	dir = filepath.Clean(dir)
+	parent := filepath.Dir(dir)
 	if _, err := os.Lstat(dir); err == nil {
+		// Taken before a crash that may have come before the rename was
+		// made durable: make it durable now.
+		if err := fsutil.SyncDir(parent); err != nil {
+			return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+		}
 		return nil, fmt.Errorf("snapshot %s: %w", dir, ErrExists)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
-	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
+	if err := fsutil.MkdirAll(parent, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
 	staging := filepath.Join(parent, "."+filepath.Base(dir)+".staging-"+randHex(4))
@@ -126,6 +131,13 @@ func Take(dir string, store *manifest.Store, derivedPaths []string) (*Index, err
 	if err != nil {
 		os.RemoveAll(staging)
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	// A snapshot that Restore would refuse is worse than none: it would
+	// only be found out in the middle of a rollback. So the staged copy
+	// passes the very checks a restore makes before it becomes a snapshot.
+	if _, err := Load(staging, derivedPaths); err != nil {
+		os.RemoveAll(staging)
+		return nil, fmt.Errorf("snapshot %s: the manifest set cannot be snapshotted, a rollback could not put it back: %w", dir, err)
 	}
 	if err := os.Rename(staging, dir); err != nil {
 		os.RemoveAll(staging)
@@ -398,6 +410,15 @@ type RestoreResult struct {
 // Every write is atomic and durable and bytes already in place are not
 // rewritten, so a restore run twice writes nothing the second time.
 func Restore(dir string, store *manifest.Store, allowedDerived []string) (RestoreResult, error) {
+	return RestoreStamped(dir, store, allowedDerived, nil)
+}
+
+// RestoreStamped is Restore, except that the manifest of each component in
+// stamps is written with its restarted-at annotation set to that stamp
+// (manifest.SetRestartedAt): one write that both puts the snapshot back and
+// gives the pod a UID kubelet has not terminated before. Called again with
+// the same stamps it writes nothing.
+func RestoreStamped(dir string, store *manifest.Store, allowedDerived []string, stamps map[string]string) (RestoreResult, error) {
 	var res RestoreResult
 	l, err := Load(dir, allowedDerived)
 	if err != nil {
@@ -434,7 +455,13 @@ func Restore(dir string, store *manifest.Store, allowedDerived []string) (Restor
 		}
 	}
 	for _, e := range l.Index.Manifests() {
-		changed, err := store.PutMode(e.Component, l.manifests[e.Component], e.Mode.Perm())
+		b := l.manifests[e.Component]
+		if stamp, ok := stamps[e.Component]; ok {
+			if b, err = manifest.SetRestartedAt(b, stamp); err != nil {
+				return res, fmt.Errorf("restore %s: %s: %w", dir, e.Component, err)
+			}
+		}
+		changed, err := store.PutMode(e.Component, b, e.Mode.Perm())
 		if err != nil {
 			return res, fmt.Errorf("restore %s: %w", dir, err)
 		}

@@ -42,7 +42,11 @@ func WriteFile(path string, data []byte, perm fs.FileMode) (changed bool, err er
 		return false, err
 	}
 	if same {
-		return false, nil
+		// The bytes may be there from a write whose process died between
+		// the rename and the directory fsync; a caller that now journals
+		// the write as done must not lose it to a power cut. One fsync of
+		// the directory is cheap, and no inotify event.
+		return false, SyncDir(filepath.Dir(path))
 	}
 	dir := filepath.Dir(path)
 	// Not renameio.WriteFile: it copies an existing file's mode over the
@@ -123,11 +127,43 @@ func ReadRegular(path string) ([]byte, fs.FileMode, error) {
 func Remove(path string) (removed bool, err error) {
 	if err := os.Remove(path); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
+			// Perhaps removed by a process that died before the fsync.
+			if err := SyncDir(filepath.Dir(path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return false, err
+			}
 			return false, nil
 		}
 		return false, fmt.Errorf("remove %s: %w", path, err)
 	}
 	return true, SyncDir(filepath.Dir(path))
+}
+
+// MkdirAll is os.MkdirAll, made durable: the parent of every directory it
+// creates is fsynced, so a directory that held a journaled file still
+// exists after a power cut.
+func MkdirAll(dir string, perm fs.FileMode) error {
+	dir = filepath.Clean(dir)
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("mkdir %s: %w", dir, err)
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return fmt.Errorf("mkdir %s: %w", dir, err)
+	}
+	for _, d := range created {
+		if err := SyncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SyncDir fsyncs directory dir, making the creations, renames and removals

@@ -121,3 +121,22 @@ func TestCheckDir(t *testing.T) {
 		}
 	}
 }
+
+func TestRemoveInMissingDir(t *testing.T) {
+	if removed, err := Remove(filepath.Join(t.TempDir(), "nodir", "f")); err != nil || removed {
+		t.Fatalf("Remove in a missing dir: %v %v", removed, err)
+	}
+}
+
+func TestMkdirAll(t *testing.T) {
+	d := filepath.Join(t.TempDir(), "a", "b", "c")
+	if err := MkdirAll(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(d); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("MkdirAll: %v %v", fi, err)
+	}
+	if err := MkdirAll(d, 0o700); err != nil {
+		t.Fatalf("MkdirAll of an existing dir: %v", err)
+	}
+}
