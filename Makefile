@@ -7,7 +7,7 @@ CACHE     ?= $(HOME)/.cache/stratum-upgrade
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint demo bench torture clean
+.PHONY: help build test lint demo bench torture e2e-kubelet clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -33,6 +33,9 @@ torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more
 
 demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back
 	$(GO) run ./internal/cmd/demo
+
+e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
+	./scripts/e2e-kubelet.sh
 
 clean: ## remove build output (not the etcd build cache)
 	rm -rf $(BIN)

@@ -303,4 +303,3 @@ func etcdVersion(t *testing.T, n *node) string {
 	}
 	return st.Version
 }
-

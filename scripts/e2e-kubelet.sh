@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# make e2e-kubelet: stratum-upgrade end to end against a real kubelet v1.34.4
+# on containerd and runc (docs/e2e.md). Needs root. Installs containerd and
+# runc with apt-get when missing; kubelet, the images and etcd are built by
+# the test and cached under $STRATUM_CACHE (default ~/.cache/stratum-upgrade),
+# so a rerun does not rebuild them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+	echo "e2e-kubelet: must run as root (containerd, runc and kubelet need it)" >&2
+	exit 1
+fi
+need=()
+command -v containerd >/dev/null || need+=(containerd)
+command -v containerd-shim-runc-v2 >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "e2e-kubelet: installing ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+containerd --version
+runc --version | head -1
+start=$(date +%s)
+STRATUM_E2E=1 go test -count=1 -v -timeout 40m \
+	-run 'TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet' ./e2e/
+echo "e2e-kubelet: passed in $(( $(date +%s) - start ))s"
