@@ -76,18 +76,29 @@ func TestRealKubelet(t *testing.T) {
 	}{
 		{"sigkill-after-write-etcd", "after-write:etcd", true, "", engine.Committed},
 		{"sigkill-after-replaced-kube-apiserver", "after-replaced:kube-apiserver", false, "", engine.Committed},
-		{"sigkill-rollback-after-write-kube-scheduler", "rollback-after-write:kube-scheduler", false, nodestate.Scheduler, engine.RolledBack},
+		{"sigkill-rollback-after-write-kube-scheduler", "rollback-after-write:kube-scheduler", true, nodestate.Scheduler, engine.RolledBack},
 	}
 	for _, c := range crashes {
 		t.Run(c.name, func(t *testing.T) {
 			n := resetNode(t, h)
+			putKey(t, n, "before", "1")
 			before := n.manifests(t)
 			rel := n.writeRelease(t, "release", c.etcd36, c.fail, standin.ModeNeverListen)
 			var flags []string
 			if c.fail != "" {
 				flags = failingFlags
 			}
-			r := n.run(t, runOpts{fault: c.fault, flags: flags}, "run", "--to", rel)
+			o := runOpts{fault: c.fault, flags: flags}
+			if c.want == engine.RolledBack && c.etcd36 {
+				// Once etcd 3.6 runs, write to it: the rollback restores
+				// the 3.5 member's backup, so that write must be gone.
+				o.onEvent = func(ev engine.Event) {
+					if ev.Phase == "applying" && ev.Step == "done" && ev.Component == nodestate.Etcd {
+						putKey(t, n, "during", "2")
+					}
+				}
+			}
+			r := n.run(t, o, "run", "--to", rel)
 			rep.add(t, "killed at "+c.fault, r)
 			if r.code != -1 {
 				t.Fatalf("run was not killed at %s (exit %d):\n%s", c.fault, r.code, r.output())
@@ -102,6 +113,21 @@ func TestRealKubelet(t *testing.T) {
 				t.Fatalf("resume exited %d, want %d:\n%s", r.code, wantCode, r.output())
 			}
 			checkConverged(t, n, c.want, before)
+			if got := getKey(t, n, "before"); got != "1" {
+				t.Errorf("key written before the upgrade reads %q after it", got)
+			}
+			if c.etcd36 {
+				want := "3.6."
+				if c.want == engine.RolledBack {
+					want = "3.5."
+				}
+				if v := etcdVersion(t, n); !strings.HasPrefix(v, want) {
+					t.Errorf("etcd serves %s, want %sx", v, want)
+				}
+				if got := getKey(t, n, "during"); c.want == engine.RolledBack && got != "" {
+					t.Errorf("key written to etcd 3.6 during the upgrade survived the rollback's data restore: %q", got)
+				}
+			}
 		})
 	}
 
@@ -159,36 +185,61 @@ type runTimes struct {
 	ExitCode  int         `json:"exitCode"`
 	Outcome   string      `json:"outcome,omitempty"`
 	Total     string      `json:"total"`
-	Steps     []stepTimes `json:"steps"`
-	Soak      string      `json:"verify,omitempty"`
-	Foreign   []string    `json:"interference,omitempty"`
 	TotalSecs float64     `json:"totalSeconds"`
+	Steps     []stepTimes `json:"steps"`
+	// Spans are the other timed stretches, in seconds: "snapshot" (begin
+	// to the first manifest write, etcd's backup included), "etcd-backup",
+	// "etcd-stop" (manifest removed to etcd gone, in a rollback),
+	// "rollback" (the failure to rolled-back) and "verify" (the soak to
+	// the commit or rolled-back).
+	Spans   map[string]float64 `json:"spans,omitempty"`
+	Foreign []string           `json:"interference,omitempty"`
 }
 
 // stepTimes is one component step: manifest written -> old process gone
-// and a new one running (replaced) -> the new one answering (active).
+// and a new one running (replaced) -> the new one answering (active). A
+// step that failed has Failed set and Active is how long it waited.
 type stepTimes struct {
 	Phase     string  `json:"phase"`
 	Component string  `json:"component"`
 	Replaced  float64 `json:"replacedSeconds"`
 	Active    float64 `json:"activeSeconds"`
 	Total     float64 `json:"totalSeconds"`
+	Failed    bool    `json:"failed,omitempty"`
 }
 
 func (rep *report) add(t *testing.T, what string, r runResult) {
-	rt := runTimes{Test: t.Name(), What: what, ExitCode: r.code, Total: r.elapsed.Round(10 * time.Millisecond).String(), TotalSecs: r.elapsed.Seconds(), Foreign: r.foreign}
+	rt := runTimes{Test: t.Name(), What: what, ExitCode: r.code, Total: r.elapsed.Round(10 * time.Millisecond).String(), TotalSecs: r.elapsed.Seconds(), Foreign: r.foreign, Spans: map[string]float64{}}
 	if r.final != nil {
 		rt.Outcome, _ = r.final["outcome"].(string)
 	}
 	type key struct{ phase, comp string }
 	write, replaced := map[key]time.Time{}, map[key]time.Time{}
-	var verify time.Time
-	for _, ev := range r.events {
+	at := map[string]time.Time{}
+	var open *key
+	span := func(name, from string, to time.Time) {
+		if f, ok := at[from]; ok {
+			rt.Spans[name] = to.Sub(f).Seconds()
+		}
+	}
+	for i, ev := range r.events {
 		k := key{ev.Phase, ev.Component}
+		if _, seen := at[ev.Step]; !seen {
+			at[ev.Step] = ev.Time
+		}
+		if i > 0 && r.events[i-1].Step == "etcd-backup" {
+			span("etcd-backup", "etcd-backup", ev.Time)
+		}
 		switch ev.Step {
 		case "write":
+			if _, ok := rt.Spans["snapshot"]; !ok && ev.Phase != "rolling-back" {
+				if len(r.events) > 0 && r.events[0].Step == "begin" {
+					rt.Spans["snapshot"] = ev.Time.Sub(r.events[0].Time).Seconds()
+				}
+			}
 			write[k] = ev.Time
 			delete(replaced, k)
+			open = &k
 		case "wait-active":
 			replaced[k] = ev.Time
 		case "done":
@@ -201,20 +252,40 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 				s.Replaced, s.Active = rp.Sub(w).Seconds(), ev.Time.Sub(rp).Seconds()
 			}
 			rt.Steps = append(rt.Steps, s)
-		case "verify":
-			verify = ev.Time
+			open = nil
+		case "rollback":
+			if open != nil {
+				s := stepTimes{Phase: open.phase, Component: open.comp, Failed: true, Total: ev.Time.Sub(write[*open]).Seconds()}
+				if rp, ok := replaced[*open]; ok {
+					s.Replaced, s.Active = rp.Sub(write[*open]).Seconds(), ev.Time.Sub(rp).Seconds()
+				}
+				rt.Steps = append(rt.Steps, s)
+				open = nil
+			}
+		case "etcd-restore":
+			span("etcd-stop", "etcd-stop", ev.Time)
+		case "rolled-back", "rollback-failed":
+			span("rollback", "rollback", ev.Time)
+			if v, ok := at["verify"]; ok {
+				rt.Spans["verify"] = ev.Time.Sub(v).Seconds()
+			}
+		case "commit":
+			span("verify", "verify", ev.Time)
 		}
-	}
-	if !verify.IsZero() && len(r.events) > 0 {
-		rt.Soak = r.events[len(r.events)-1].Time.Sub(verify).Round(10 * time.Millisecond).String()
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: exit %d %s in %s", what, r.code, rt.Outcome, rt.Total)
 	for _, s := range rt.Steps {
-		fmt.Fprintf(&b, "\n  %-12s %-24s replaced %6.2fs  active %6.2fs  step %6.2fs", s.Phase, s.Component, s.Replaced, s.Active, s.Total)
+		fail := ""
+		if s.Failed {
+			fail = "  FAILED (gave up waiting for it to answer)"
+		}
+		fmt.Fprintf(&b, "\n  %-12s %-24s replaced %6.2fs  active %6.2fs  step %6.2fs%s", s.Phase, s.Component, s.Replaced, s.Active, s.Total, fail)
 	}
-	if rt.Soak != "" {
-		fmt.Fprintf(&b, "\n  verify (soak and commit or rollback start) %s", rt.Soak)
+	for _, name := range []string{"snapshot", "etcd-backup", "etcd-stop", "rollback", "verify"} {
+		if v, ok := rt.Spans[name]; ok {
+			fmt.Fprintf(&b, "\n  %-12s %6.2fs", name, v)
+		}
 	}
 	t.Log(b.String())
 	rep.Runs = append(rep.Runs, rt)

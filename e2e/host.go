@@ -54,6 +54,10 @@ type Host struct {
 	// HealthzPort, ReadOnlyPort and Port are kubelet's listeners, free
 	// loopback ports.
 	HealthzPort, ReadOnlyPort, Port int
+	// SaveLogs, if set, is a directory Stop copies kubelet's and
+	// containerd's logs into (replacing what is there) before it removes
+	// the root.
+	SaveLogs string
 
 	kubeletBin string
 	containerd *daemon
@@ -533,6 +537,11 @@ func (h *Host) Stop(keep bool) error {
 	if left := h.killLeftovers(); len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("processes left behind and killed: %v", left))
 	}
+	if h.SaveLogs != "" {
+		if err := h.saveLogs(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	if err := unmountUnder(h.Root); err != nil {
 		problems = append(problems, err.Error())
 	}
@@ -555,6 +564,25 @@ func (h *Host) Stop(keep bool) error {
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (h *Host) saveLogs() error {
+	if err := os.RemoveAll(h.SaveLogs); err != nil {
+		return fmt.Errorf("save logs: %w", err)
+	}
+	if err := os.MkdirAll(h.SaveLogs, 0o755); err != nil {
+		return fmt.Errorf("save logs: %w", err)
+	}
+	for _, p := range []string{h.KubeletLog, h.ContainerdLog} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(h.SaveLogs, filepath.Base(p)), b, 0o644); err != nil {
+			return fmt.Errorf("save logs: %w", err)
+		}
 	}
 	return nil
 }

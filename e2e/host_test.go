@@ -2,11 +2,16 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
 )
 
 // startHost builds kubelet and the images and starts a Host whose teardown
@@ -31,6 +36,9 @@ func startHost(t *testing.T) *Host {
 	}
 	h, err := StartHost(t.Context(), HostOptions{Images: archive, Kubelet: kubelet, Logf: t.Logf})
 	if h != nil {
+		if cache, err := CacheDir(); err == nil {
+			h.SaveLogs = filepath.Join(cache, "e2e", "last-run", t.Name())
+		}
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("kubelet log (tail):\n%s", tailFile(h.KubeletLog, 80))
@@ -76,6 +84,17 @@ spec:
   - name: pause
     image: registry.k8s.io/pause:3.10
     imagePullPolicy: Never
+  - name: bare
+    image: registry.k8s.io/e2e-env-probe:1
+    imagePullPolicy: Never
+    env:
+    - {name: FOO, value: bar}
+  - name: override
+    image: registry.k8s.io/e2e-env-probe:1-home
+    imagePullPolicy: Never
+    env:
+    - {name: HOSTNAME, value: from-pod}
+    - {name: PATH, value: /from-pod}
 `
 
 // TestHostRunsStaticPod: containerd and kubelet come up, a static pod of
@@ -97,8 +116,8 @@ func TestHostRunsStaticPod(t *testing.T) {
 	}
 	err = waitUntil(t.Context(), "the pause pod running", 60*time.Second, func() (bool, error) {
 		ps, err := h.ComponentPIDs("pause")
-		// the sandbox's pause and the container's pause
-		return err == nil && len(ps) >= 2, nil
+		// the sandbox's pause and the containers'
+		return err == nil && len(ps) >= 4, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,4 +130,42 @@ func TestHostRunsStaticPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubelet /pods: %+v", pods)
+	checkRuntimeEnv(t, h)
+}
+
+// checkRuntimeEnv asserts what the container runtime adds to a container's
+// environment, the rule kubeletsim's runtimeEnv models: PATH (the default),
+// HOSTNAME (the host's, for a hostNetwork pod) and HOME=/, each only when
+// neither the image nor the pod sets it.
+func checkRuntimeEnv(t *testing.T, h *Host) {
+	t.Helper()
+	host, _ := os.Hostname()
+	want := map[string][]string{
+		// the container of the image with no ENV, pod env FOO=bar
+		"FOO=bar": {"FOO=bar", "HOME=/", "HOSTNAME=" + host, "PATH=" + kubeletsim.DefaultPath},
+		// image ENV HOME, pod env HOSTNAME and PATH
+		"HOME=/from-image": {"HOME=/from-image", "HOSTNAME=from-pod", "PATH=/from-pod"},
+	}
+	ps, err := h.ComponentPIDs("pause")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, p := range ps {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.PID))
+		env := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		sort.Strings(env)
+		t.Logf("pid %d environment: %q", p.PID, env)
+		for marker, w := range want {
+			if slices.Contains(env, marker) {
+				found++
+				if !slices.Equal(env, w) {
+					t.Errorf("container environment %q, want %q", env, w)
+				}
+			}
+		}
+	}
+	if found != len(want) {
+		t.Errorf("found %d of the %d probe containers", found, len(want))
+	}
 }

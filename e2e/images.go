@@ -16,6 +16,10 @@ import (
 // images again.
 const ImageEnv = "STRATUM_E2E_IMAGE"
 
+// EnvProbeImage runs the pause program from an image with no ENV;
+// EnvProbeImage+"-home" has only HOME=/from-image.
+const EnvProbeImage = "registry.k8s.io/e2e-env-probe:1"
+
 // imagePath is the PATH of every image; the renderer's commands are bare
 // names ("etcd", "kube-apiserver") resolved in it, as in the real images.
 const imagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -71,6 +75,17 @@ func ImageSet(b *Binaries) []Image {
 		Files:      []ImageFile{{Path: "/pause", Source: b.Pause, Mode: 0o755}},
 		Entrypoint: []string{"/pause"},
 		Env:        []string{imagePath, ImageEnv + "=" + SandboxImage},
+	}, {
+		// The pause program with no ENV at all: what the runtime adds to a
+		// container's environment on its own.
+		Tags:       []string{EnvProbeImage},
+		Files:      []ImageFile{{Path: "/pause", Source: b.Pause, Mode: 0o755}},
+		Entrypoint: []string{"/pause"},
+	}, {
+		Tags:       []string{EnvProbeImage + "-home"},
+		Files:      []ImageFile{{Path: "/pause", Source: b.Pause, Mode: 0o755}},
+		Entrypoint: []string{"/pause"},
+		Env:        []string{"HOME=/from-image"},
 	}}
 	for _, comp := range StandinComponents {
 		bin := "/usr/local/bin/" + comp

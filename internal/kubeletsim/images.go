@@ -17,7 +17,8 @@ type Image struct {
 	// command[0], as on a node.
 	Binary string `json:"binary"`
 	// Env is the image's ENV: the container's environment is Env overlaid
-	// by the pod's env, and nothing else.
+	// by the pod's env, plus the runtime's PATH, HOSTNAME and HOME where
+	// neither sets them, and nothing else.
 	Env map[string]string `json:"env,omitempty"`
 	// Entrypoint is the image's ENTRYPOINT, used as the argv head when the
 	// container has no command. Empty means [Binary].

@@ -16,7 +16,8 @@
 //     one only after the old has terminated, held back by kubelet's
 //     pod-worker backoff (StartDelay plus jitter);
 //   - restartPolicy with CrashLoopBackOff, $(VAR) expansion, an environment
-//     of the pod's env over the image's ENV and nothing else.
+//     of the pod's env over the image's ENV plus what the container runtime
+//     adds when neither sets it (PATH, HOSTNAME, HOME), and nothing else.
 //
 // Each container runs in its own process group, with Pdeathsig SIGKILL so a
 // stand-in that dies takes its pods with it (unlike kubelet, whose pods

@@ -428,7 +428,8 @@ func (k *Kubelet) scheduleRestart(c *container) {
 
 // command builds the process for c: the mapped binary, argv = command (or
 // the image entrypoint) + args with $(VAR) expanded from the pod env, env =
-// image ENV overlaid by the pod env, own process group, Pdeathsig SIGKILL,
+// image ENV overlaid by the pod env plus the runtime's defaults
+// (runtimeEnv), own process group, Pdeathsig SIGKILL,
 // stdout and stderr appended to a per-container log file.
 func (k *Kubelet) command(c *container) (*exec.Cmd, string, error) {
 	p := c.pod
@@ -476,6 +477,7 @@ func (k *Kubelet) command(c *container) (*exec.Cmd, string, error) {
 	for _, key := range order {
 		env = append(env, key+"="+podEnv[key])
 	}
+	env = runtimeEnv(env, p.src.Pod, k.cfg.NodeName)
 	dir := c.spec.WorkingDir
 	if dir == "" {
 		dir = "/"
@@ -505,6 +507,46 @@ func (k *Kubelet) command(c *container) (*exec.Cmd, string, error) {
 	// The child holds its own copy of the log descriptor.
 	closeAfterStart(cmd, lf)
 	return cmd, logPath, nil
+}
+
+// DefaultPath is the PATH the container runtime gives a container whose
+// image and pod set none (containerd's default OCI spec).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// runtimeEnv adds what the container runtime puts in every container's
+// environment besides the image's ENV and the pod's env, each only when
+// neither sets it: PATH=DefaultPath and HOSTNAME (containerd's CRI), and
+// HOME=/ (runc, from the container's /etc/passwd, which our images lack).
+// HOSTNAME is the host's hostname for a hostNetwork pod (checked against
+// containerd 1.6 and runc 1.1 under kubelet v1.34 by the e2e test
+// TestHostRunsStaticPod); otherwise it is the pod's spec.hostname or, as
+// kubelet's GeneratePodHostNameAndDomain does, its name truncated to 63
+// bytes (from kubelet's source: a pod without hostNetwork needs a CNI
+// network the e2e host does not have).
+func runtimeEnv(env []string, pod *corev1.Pod, nodeName string) []string {
+	set := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	host := ""
+	switch {
+	case pod.Spec.HostNetwork:
+		host, _ = os.Hostname()
+	case pod.Spec.Hostname != "":
+		host = pod.Spec.Hostname
+	default:
+		host = pod.Name + "-" + strings.ToLower(nodeName)
+		if len(host) > 63 {
+			host = strings.TrimRight(host[:63], "-.")
+		}
+	}
+	for _, kv := range [][2]string{{"PATH", DefaultPath}, {"HOSTNAME", host}, {"HOME", "/"}} {
+		if !set[kv[0]] {
+			env = append(env, kv[0]+"="+kv[1])
+		}
+	}
+	return env
 }
 
 // podEnv is kubelet's makeEnvironmentVariables for a standalone node: each

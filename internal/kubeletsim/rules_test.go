@@ -242,10 +242,12 @@ func TestCommandEnvAndArgv0(t *testing.T) {
 	}
 	env := slices.Clone(rec.Env)
 	slices.Sort(env)
-	wantEnv := []string{"DERIVED=bar-x", "FOO=bar", "FROM_IMAGE=image", helperEnv + "=run", "KSIM_OUT=" + b.out, "OVERRIDDEN=pod", "PORT=6443"}
+	host, _ := os.Hostname()
+	wantEnv := []string{"DERIVED=bar-x", "FOO=bar", "FROM_IMAGE=image", helperEnv + "=run", "KSIM_OUT=" + b.out, "OVERRIDDEN=pod", "PORT=6443",
+		"PATH=" + DefaultPath, "HOSTNAME=" + host, "HOME=/"}
 	slices.Sort(wantEnv)
 	if !slices.Equal(env, wantEnv) {
-		t.Fatalf("environment\n got %q\nwant %q (pod env over image env, nothing of the stand-in's own)", env, wantEnv)
+		t.Fatalf("environment\n got %q\nwant %q (pod env over image env, the runtime's PATH/HOSTNAME/HOME, nothing of the stand-in's own)", env, wantEnv)
 	}
 }
 
