@@ -461,3 +461,30 @@ func TestOpenReadOnlyWritesNothing(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+func TestLockDir(t *testing.T) {
+	dir := t.TempDir()
+	release, err := LockDir(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flock is per open file description: a second open in this process
+	// contends like another process would.
+	if _, err := LockDir(dir, 100*time.Millisecond); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("second lock: %v", err)
+	}
+	release()
+	release2, err := LockDir(dir, time.Second)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	release2()
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("LockDir created %v", entries)
+	}
+	if rel, err := LockDir(filepath.Join(dir, "missing"), time.Second); err != nil {
+		t.Fatalf("lock of a missing dir: %v", err)
+	} else {
+		rel()
+	}
+}

@@ -133,7 +133,7 @@ func ExitCode(err error) int {
 		return ExitRollbackFailed
 	case errors.Is(err, engine.ErrRolledBack):
 		return ExitRolledBack
-	case errors.Is(err, journal.ErrLocked), errors.Is(err, journal.ErrTxnOpen):
+	case errors.Is(err, journal.ErrLocked), errors.Is(err, manifest.ErrLocked), errors.Is(err, journal.ErrTxnOpen):
 		return ExitBusy
 	case errors.Is(err, engine.ErrNothingToDo):
 		return ExitOK
@@ -152,6 +152,7 @@ type globals struct {
 	output      string
 	metricsFile string
 	procScope   string
+	dirLocked   bool // this process holds the manifest dir's flock
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -226,6 +227,15 @@ func (g *globals) openJournal(readOnly bool) (*journal.Journal, error) {
 		if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("state directory %s: %w (choose another with --state-dir)", g.stateDir, err)
 		}
+	}
+	if !readOnly && !g.dirLocked {
+		// The journal's lock keeps out a second stratum-upgrade on this
+		// state dir; the manifest dir's own lock keeps out one on another.
+		// Held until the process exits.
+		if _, err := manifest.LockDir(g.manifestDir, g.lockTimeoutOrDefault()); err != nil {
+			return nil, err
+		}
+		g.dirLocked = true
 	}
 	j, err := journal.Open(g.journalPath(), journal.Options{ReadOnly: readOnly, LockTimeout: g.lockTimeout})
 	if err != nil {

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
 )
 
 func TestExitCode(t *testing.T) {
@@ -104,5 +106,24 @@ func TestMainUsage(t *testing.T) {
 		if !strings.Contains(stderr.String(), tc.out) {
 			t.Errorf("%v: stderr %q does not contain %q", tc.args, stderr.String(), tc.out)
 		}
+	}
+}
+
+// Two stratum-upgrade processes with different state dirs (so different
+// journals) must still not both write one manifest directory.
+func TestManifestDirLockAcrossStateDirs(t *testing.T) {
+	mdir := t.TempDir()
+	release, err := manifest.LockDir(mdir, time.Second) // the other process
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	var out, errb strings.Builder
+	code := Main([]string{"render", "--manifest-dir", mdir, "--state-dir", t.TempDir(), "--lock-timeout", "200ms"}, &out, &errb)
+	if code != ExitBusy || !strings.Contains(errb.String(), "another --state-dir") {
+		t.Fatalf("render with the manifest dir locked: exit %d, %s", code, errb.String())
+	}
+	if entries, _ := os.ReadDir(mdir); len(entries) != 0 {
+		t.Fatalf("a refused render wrote %v", entries)
 	}
 }
