@@ -21,10 +21,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -37,9 +40,6 @@ import (
 	"syscall"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/standin"
@@ -62,6 +62,15 @@ var brokenImages = map[string]standin.Mode{
 	"registry.k8s.io/kube-controller-manager:v1.34.6": standin.ModeHealthy,
 	"registry.k8s.io/kube-scheduler:v1.34.6":          standin.ModeNeverListen,
 }
+
+// stratum-upgrade's exit codes the demo expects (docs/cli.md). The demo
+// does not import internal/cli, nor etcd's client: `go run` compiles the
+// demo before it can start the etcd builds, so its own dependencies are
+// kept to the test bed's; stratum-upgrade builds alongside etcd.
+const (
+	exitOK         = 0
+	exitRolledBack = 3
+)
 
 // Deadlines of the transactions, short so the demo is quick: the stand-in
 // components answer within a second or two of their start.
@@ -257,13 +266,13 @@ func (d *demo) build(ctx context.Context) error {
 // steps is the transcript.
 func (d *demo) steps(ctx context.Context) error {
 	steps := []func(context.Context) error{
-		func(ctx context.Context) error { return d.su(ctx, cli.ExitOK, "version") },
+		func(ctx context.Context) error { return d.su(ctx, exitOK, "version") },
 		func(ctx context.Context) error {
 			fmt.Fprintln(d.w)
 			d.say("import the node's state: the manifests kubelet runs are already its render, so none is written")
-			return d.su(ctx, cli.ExitOK, "init", "--state", "node/state.yaml")
+			return d.su(ctx, exitOK, "init", "--state", "node/state.yaml")
 		},
-		func(ctx context.Context) error { return d.su(ctx, cli.ExitOK, "status") },
+		func(ctx context.Context) error { return d.su(ctx, exitOK, "status") },
 		func(ctx context.Context) error {
 			v, err := d.etcdVersion(ctx)
 			if err != nil {
@@ -285,7 +294,7 @@ func (d *demo) steps(ctx context.Context) error {
 			fmt.Fprintln(d.w)
 			d.say("the upgrade: back up etcd's data, replace each component in roster order, wait for kubelet")
 			d.say("to restart it and for the new process to answer, verify all of them for %s, commit", soak)
-			return d.su(ctx, cli.ExitOK, "run", "--to", goodFile, "--soak", soak)
+			return d.su(ctx, exitOK, "run", "--to", goodFile, "--soak", soak)
 		},
 		d.checkEtcdUpgraded,
 		func(ctx context.Context) error {
@@ -297,11 +306,11 @@ func (d *demo) steps(ctx context.Context) error {
 			fmt.Fprintln(d.w)
 			d.say("the upgrade gives up on kube-scheduler after --active-timeout and rolls every component it")
 			d.say("changed back to the snapshot it took first: exit 3, the node runs v1.34.5 again")
-			return d.su(ctx, cli.ExitRolledBack, "run", "--to", brokenFile, "--active-timeout", activeTimeout, "--soak", soak)
+			return d.su(ctx, exitRolledBack, "run", "--to", brokenFile, "--active-timeout", activeTimeout, "--soak", soak)
 		},
 		d.checkRolledBack,
-		func(ctx context.Context) error { return d.su(ctx, cli.ExitOK, "status") },
-		func(ctx context.Context) error { return d.su(ctx, cli.ExitOK, "history") },
+		func(ctx context.Context) error { return d.su(ctx, exitOK, "status") },
+		func(ctx context.Context) error { return d.su(ctx, exitOK, "history") },
 	}
 	for _, step := range steps {
 		err := step(ctx)
@@ -324,7 +333,7 @@ const planFilter = `^(upgrade|etcd|\+\+\+|[-+] )`
 
 // plan runs plan --to release, showing the lines planFilter keeps.
 func (d *demo) plan(ctx context.Context, release string) error {
-	return d.run(ctx, cli.ExitOK, regexp.MustCompile(planFilter), "plan", "--to", release)
+	return d.run(ctx, exitOK, regexp.MustCompile(planFilter), "plan", "--to", release)
 }
 
 // su runs stratum-upgrade with args (and the hidden global flags) in the
@@ -371,7 +380,7 @@ func (d *demo) run(ctx context.Context, want int, filter *regexp.Regexp, args ..
 	if code != want {
 		return fmt.Errorf("stratum-upgrade %s: exit %d, want %d", line, code, want)
 	}
-	if code != cli.ExitOK {
+	if code != exitOK {
 		fmt.Fprintf(d.w, "[exit %d, as expected]\n", code)
 	}
 	return nil
@@ -424,61 +433,94 @@ func (d *demo) checkRolledBack(ctx context.Context) error {
 	return nil
 }
 
-// etcd runs fn with a client of the node's etcd, retrying until checkTimeout.
-func (d *demo) etcd(ctx context.Context, what string, fn func(context.Context, *clientv3.Client) error) error {
+// etcd POSTs body (or GETs, when nil) to path on the node's etcd through
+// its JSON gateway, with the apiserver's client certificate, and decodes
+// the answer into out; it retries until checkTimeout. (Not etcd's client:
+// see exitOK.)
+func (d *demo) etcd(ctx context.Context, path string, body, out any) error {
 	tlsCfg, err := d.node.EtcdTLS()
 	if err != nil {
 		return err
 	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
+	url := d.node.EtcdEndpoint() + path
 	deadline := time.Now().Add(checkTimeout)
 	for {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{d.node.EtcdEndpoint()}, TLS: tlsCfg, DialTimeout: 5 * time.Second})
-		if err == nil {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = fn(cctx, c)
-			cancel()
-			c.Close()
-		}
+		err := func() error {
+			method, rd := http.MethodGet, io.Reader(nil)
+			if body != nil {
+				b, err := json.Marshal(body)
+				if err != nil {
+					return err
+				}
+				method, rd = http.MethodPost, bytes.NewReader(b)
+			}
+			req, err := http.NewRequestWithContext(ctx, method, url, rd)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
+			}
+			return json.Unmarshal(b, out)
+		}()
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd %s at %s: %w (tried for %s)", what, d.node.EtcdEndpoint(), err, checkTimeout)
+			return fmt.Errorf("etcd %s: %w (tried for %s)", url, err, checkTimeout)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 }
 
+// etcdVersion is the server version etcd reports on /version.
 func (d *demo) etcdVersion(ctx context.Context) (string, error) {
-	var v string
-	err := d.etcd(ctx, "status", func(ctx context.Context, c *clientv3.Client) error {
-		st, err := c.Status(ctx, d.node.EtcdEndpoint())
-		if err == nil {
-			v = st.Version
-		}
-		return err
-	})
-	return v, err
+	var v struct {
+		Server string `json:"etcdserver"`
+	}
+	if err := d.etcd(ctx, "/version", nil, &v); err != nil {
+		return "", err
+	}
+	if v.Server == "" {
+		return "", fmt.Errorf("etcd %s/version: no etcdserver version", d.node.EtcdEndpoint())
+	}
+	return v.Server, nil
 }
 
+// etcdPut writes k = v through the v3 gateway (keys and values base64).
 func (d *demo) etcdPut(ctx context.Context, k, v string) error {
-	return d.etcd(ctx, "put "+k, func(ctx context.Context, c *clientv3.Client) error {
-		_, err := c.Put(ctx, k, v)
-		return err
-	})
+	var resp struct{}
+	return d.etcd(ctx, "/v3/kv/put", map[string]string{"key": b64(k), "value": b64(v)}, &resp)
 }
 
+// etcdGet reads k through the v3 gateway: "" when it is not there.
 func (d *demo) etcdGet(ctx context.Context, k string) (string, error) {
-	var v string
-	err := d.etcd(ctx, "get "+k, func(ctx context.Context, c *clientv3.Client) error {
-		resp, err := c.Get(ctx, k)
-		if err == nil && len(resp.Kvs) > 0 {
-			v = string(resp.Kvs[0].Value)
-		}
-		return err
-	})
-	return v, err
+	var resp struct {
+		KVs []struct {
+			Value []byte `json:"value"` // base64 in JSON
+		} `json:"kvs"`
+	}
+	if err := d.etcd(ctx, "/v3/kv/range", map[string]string{"key": b64(k)}, &resp); err != nil {
+		return "", err
+	}
+	if len(resp.KVs) == 0 {
+		return "", nil
+	}
+	return string(resp.KVs[0].Value), nil
 }
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 // tearDown stops the node, removes the temp root and checks that neither a
 // process of the node nor the root is left; what is left is a failure.
