@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/testbed"
 	"github.com/ciq/stratum-upgrade/proc"
 )
@@ -248,8 +249,12 @@ func (h *Host) spawn(name, logPath string, argv ...string) (*daemon, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = h.Root
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig: a test binary that dies (a go test timeout) takes the
+	// daemons with it; their shims and containers are cleaned by the next
+	// StartHost. kubeletsim.Spawn forks from one locked thread, since
+	// Pdeathsig follows the forking thread.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := kubeletsim.Spawn(cmd); err != nil {
 		return nil, fmt.Errorf("e2e host: start %s: %w", name, err)
 	}
 	d := &daemon{name: name, cmd: cmd, exited: make(chan struct{})}
