@@ -87,6 +87,12 @@ func resetNode(t *testing.T, h *Host) *node {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if len(ents) > 0 {
+		// kubelet holds a new static pod whose name an older pod still
+		// has (pod workers) until housekeeping, every 2 s, forgets the
+		// terminated one; a pod written before then waits 10-15 s.
+		time.Sleep(4 * time.Second)
+	}
 	n := &node{h: h, dir: filepath.Join(h.Root, "node")}
 	if err := os.RemoveAll(n.dir); err != nil {
 		t.Fatal(err)
