@@ -16,6 +16,7 @@
 // SIGTERM tear the node down first) and teardown left nothing. Flags:
 //
 //	-keep-going  run every step even after one ended unexpectedly
+//	-version V   stamp V into stratum-upgrade (make demo passes git describe)
 package main
 
 import (
@@ -83,10 +84,11 @@ const (
 
 func main() {
 	keepGoing := flag.Bool("keep-going", false, "run every step even after one ended unexpectedly")
+	version := flag.String("version", "", "stamp this version into stratum-upgrade (default: its own, dev)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{w: os.Stdout, start: time.Now(), keepGoing: *keepGoing}
+	d := &demo{w: os.Stdout, start: time.Now(), keepGoing: *keepGoing, version: *version}
 	os.Exit(d.main(ctx))
 }
 
@@ -94,6 +96,7 @@ type demo struct {
 	w         io.Writer
 	start     time.Time
 	keepGoing bool
+	version   string
 
 	repo    string
 	tmp     string // the temporary root: everything the demo creates
@@ -126,6 +129,9 @@ func (d *demo) main(ctx context.Context) int {
 	if ctx.Err() != nil {
 		fmt.Fprintln(d.w)
 		d.say("interrupted: tearing the node down")
+	}
+	if len(d.failures) > 0 && d.node != nil {
+		d.showKubeletLog(40)
 	}
 	d.tearDown()
 	elapsed := time.Since(d.start).Round(100 * time.Millisecond)
@@ -237,7 +243,11 @@ func (d *demo) build(ctx context.Context) error {
 	parts := make([]part, 1+len(etcdbuild.Builds))
 	wg.Go(func() {
 		t := time.Now()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", d.bin, "./cmd/stratum-upgrade")
+		args := []string{"build", "-o", d.bin}
+		if d.version != "" {
+			args = append(args, "-ldflags", "-X github.com/ciq/stratum-upgrade/internal/cli.Version="+d.version)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/stratum-upgrade")...)
 		cmd.Dir = d.repo
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -527,6 +537,25 @@ func (d *demo) etcdGet(ctx context.Context, k string) (string, error) {
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// showKubeletLog prints the last lines of the kubelet stand-in's log, which
+// teardown removes: what a failed run in CI has to go on.
+func (d *demo) showKubeletLog(lines int) {
+	b, err := os.ReadFile(d.node.KubeletLog)
+	if err != nil {
+		d.say("kubelet stand-in log: %v", err)
+		return
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	fmt.Fprintln(d.w)
+	d.say("the last %d lines of the kubelet stand-in's log %s:", len(all), d.node.KubeletLog)
+	for _, l := range all {
+		fmt.Fprintf(d.w, "#   %s\n", l)
+	}
+}
 
 // tearDown stops the node, removes the temp root and checks that neither a
 // process of the node nor the root is left; what is left is a failure.
