@@ -3,7 +3,7 @@ GO        ?= go
 SHELL     := bash
 .SHELLFLAGS := -o pipefail -c
 BIN       := bin
-CACHE     ?= $(HOME)/.cache/stratum-upgrade
+CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 

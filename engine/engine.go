@@ -396,7 +396,7 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 		if errors.Is(stepErr, errFatalJournal) {
 			return r.result("", ""), stepErr
 		}
-		e.log.Error("upgrade step failed; rolling back", "txn", r.txn.ID, "phase", r.txn.Phase, "err", stepErr)
+		e.log.Info("upgrade step failed; rolling back", "txn", r.txn.ID, "phase", r.txn.Phase, "err", stepErr)
 		if err := e.setPhase(r, journal.PhaseRollingBack, stepErr.Error()); err != nil {
 			return r.result("", ""), err
 		}
