@@ -33,8 +33,6 @@ var failingFlags = []string{"--active-timeout", "45s"}
 func TestRealKubelet(t *testing.T) {
 	requireE2E(t)
 	h := startHost(t)
-	currentHost = h
-	t.Cleanup(func() { currentHost = nil })
 	rep := &report{Kubelet: KubeletVersion, Deadlines: fmt.Sprintf("%+v", engine.DefaultDeadlines)}
 	t.Cleanup(func() { rep.write(t) })
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -140,7 +139,7 @@ func resetNode(t *testing.T, h *Host) *node {
 		t.Fatal(err)
 	}
 	n.st = st
-	waitQuiet(t)
+	waitQuiet(t, h)
 	start := time.Now()
 	if r := n.run(t, runOpts{}, "init", "--state", n.stateFile); r.code != 0 {
 		t.Fatalf("init exited %d:\n%s", r.code, r.output())
@@ -357,7 +356,7 @@ func watchForeign(h *Host, seen *[]string) func() {
 // waitQuiet waits until no other test's component process runs on the
 // machine (at most STRATUM_E2E_QUIET, default 10m): a host-wide scan would
 // count them. CI runs alone, so this returns at once there.
-func waitQuiet(t *testing.T) {
+func waitQuiet(t *testing.T, h *Host) {
 	t.Helper()
 	if scoped() {
 		return
@@ -365,10 +364,6 @@ func waitQuiet(t *testing.T) {
 	limit := 10 * time.Minute
 	if d, err := time.ParseDuration(os.Getenv("STRATUM_E2E_QUIET")); err == nil {
 		limit = d
-	}
-	h := &Host{ContainerdSock: "\x00none"} // no shims: every component process is foreign
-	if cur := currentHost; cur != nil {
-		h = cur
 	}
 	start := time.Now()
 	logged := false
@@ -391,22 +386,6 @@ func waitQuiet(t *testing.T) {
 	}
 }
 
-// currentHost is the Host the running test uses (for waitQuiet).
-var currentHost *Host
-
-// checkActive waits until every roster component answers.
-func (n *node) checkActive(ctx context.Context, st *nodestate.NodeState) error {
-	for _, comp := range manifest.NamesFor(st) {
-		tg, err := manifest.Target(st, comp)
-		if err != nil {
-			return err
-		}
-		if err := proc.Host().WaitActive(ctx, tg, 30*time.Second); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // EnvScope, set to 1, is the development mode for a machine where other
 // tests run component processes: the test process becomes a child
