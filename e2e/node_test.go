@@ -386,7 +386,6 @@ func waitQuiet(t *testing.T, h *Host) {
 	}
 }
 
-
 // EnvScope, set to 1, is the development mode for a machine where other
 // tests run component processes: the test process becomes a child
 // subreaper, so containerd's shims (which daemonize) and every container
