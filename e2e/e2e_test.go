@@ -18,6 +18,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/internal/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -62,6 +63,27 @@ func TestRealKubelet(t *testing.T) {
 		rep.add(t, "scheduler never listens: automatic rollback (--active-timeout 45s)", r)
 		if r.code != 3 {
 			t.Fatalf("run exited %d, want 3 (rolled back):\n%s", r.code, r.output())
+		}
+		checkConverged(t, n, engine.RolledBack, before)
+	})
+
+	t.Run("scheduler-crashes-in-soak-rolls-back", func(t *testing.T) {
+		n := resetNode(t, h)
+		before := n.manifests(t)
+		// Healthy at once, so its step passes; exits 1 two seconds later
+		// (STANDIN_CRASH_AFTER's default) and kubelet restarts it: only
+		// the soak can see that. Default deadlines.
+		rel := n.saveRelease(t, "v1.34.5-scheduler-crash-after", engine.Release{
+			APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: "v1.34.5",
+			Images: map[string]string{nodestate.Scheduler: testbed.ModeImage(nodestate.Scheduler, "v1.34.5", standin.ModeCrashAfter)},
+		})
+		r := n.run(t, runOpts{}, "run", "--to", rel)
+		rep.add(t, "scheduler healthy then crashing 2 s later: the soak rolls back (default deadlines)", r)
+		if r.code != 3 {
+			t.Fatalf("run exited %d, want 3 (rolled back):\n%s", r.code, r.output())
+		}
+		if !strings.Contains(r.stdout, "soak") && !strings.Contains(r.stderr, "soak") {
+			t.Logf("no mention of the soak in the output:\n%s", r.output())
 		}
 		checkConverged(t, n, engine.RolledBack, before)
 	})
@@ -188,8 +210,9 @@ type runTimes struct {
 	// Spans are the other timed stretches, in seconds: "snapshot" (begin
 	// to the first manifest write, etcd's backup included), "etcd-backup",
 	// "etcd-stop" (manifest removed to etcd gone, in a rollback),
-	// "rollback" (the failure to rolled-back) and "verify" (the soak to
-	// the commit or rolled-back).
+	// "soak-caught" (the soak's start to the rollback it started),
+	// "rollback" (the failure to rolled-back) and "verify" (the last soak's
+	// start to the commit or rolled-back).
 	Spans   map[string]float64 `json:"spans,omitempty"`
 	Foreign []string           `json:"interference,omitempty"`
 }
@@ -215,6 +238,7 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 	write, replaced := map[key]time.Time{}, map[key]time.Time{}
 	at := map[string]time.Time{}
 	var open *key
+	var lastVerify time.Time
 	span := func(name, from string, to time.Time) {
 		if f, ok := at[from]; ok {
 			rt.Spans[name] = to.Sub(f).Seconds()
@@ -251,7 +275,13 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 			}
 			rt.Steps = append(rt.Steps, s)
 			open = nil
+		case "verify":
+			lastVerify = ev.Time
 		case "rollback":
+			if !lastVerify.IsZero() {
+				rt.Spans["soak-caught"] = ev.Time.Sub(lastVerify).Seconds()
+				lastVerify = time.Time{}
+			}
 			if open != nil {
 				s := stepTimes{Phase: open.phase, Component: open.comp, Failed: true, Total: ev.Time.Sub(write[*open]).Seconds()}
 				if rp, ok := replaced[*open]; ok {
@@ -264,11 +294,13 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 			span("etcd-stop", "etcd-stop", ev.Time)
 		case "rolled-back", "rollback-failed":
 			span("rollback", "rollback", ev.Time)
-			if v, ok := at["verify"]; ok {
-				rt.Spans["verify"] = ev.Time.Sub(v).Seconds()
+			if !lastVerify.IsZero() {
+				rt.Spans["verify"] = ev.Time.Sub(lastVerify).Seconds()
 			}
 		case "commit":
-			span("verify", "verify", ev.Time)
+			if !lastVerify.IsZero() {
+				rt.Spans["verify"] = ev.Time.Sub(lastVerify).Seconds()
+			}
 		}
 	}
 	var b strings.Builder
@@ -280,7 +312,7 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 		}
 		fmt.Fprintf(&b, "\n  %-12s %-24s replaced %6.2fs  active %6.2fs  step %6.2fs%s", s.Phase, s.Component, s.Replaced, s.Active, s.Total, fail)
 	}
-	for _, name := range []string{"snapshot", "etcd-backup", "etcd-stop", "rollback", "verify"} {
+	for _, name := range []string{"snapshot", "etcd-backup", "soak-caught", "etcd-stop", "rollback", "verify"} {
 		if v, ok := rt.Spans[name]; ok {
 			fmt.Fprintf(&b, "\n  %-12s %6.2fs", name, v)
 		}

@@ -171,6 +171,12 @@ func (n *node) writeRelease(t *testing.T, name string, etcd36 bool, fail string,
 	if etcd36 {
 		r.Images[nodestate.Etcd] = etcdbuild.Builds[1].Image
 	}
+	return n.saveRelease(t, name, r)
+}
+
+// saveRelease writes r into the node's directory and returns its path.
+func (n *node) saveRelease(t *testing.T, name string, r engine.Release) string {
+	t.Helper()
 	b, err := yaml.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
