@@ -228,6 +228,10 @@ type runResult struct {
 }
 
 func (r runResult) output() string {
+	if len(r.foreign) > 0 {
+		return fmt.Sprintf("INTERFERENCE: another test's component processes %v ran meanwhile and the scan is host-wide: this result is not trustworthy; rerun on a quiet machine (or with %s=1)\n", r.foreign, EnvScope) +
+			"stdout:\n" + lastLines(r.stdout, 30) + "\nstderr:\n" + lastLines(r.stderr, 30)
+	}
 	return "stdout:\n" + lastLines(r.stdout, 30) + "\nstderr:\n" + lastLines(r.stderr, 30)
 }
 
