@@ -2,8 +2,11 @@ package proc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"path"
 	"strings"
 	"time"
 
@@ -17,6 +20,12 @@ const (
 	firstInterval = 10 * time.Millisecond
 	maxInterval   = 250 * time.Millisecond
 )
+
+// watchedInterval is the pause between the checks of a WaitReplaced that
+// the kernel's exec events wake: those checks are only a safety net for
+// what the events do not report (a process of the binary forked without an
+// exec, lost events).
+const watchedInterval = 2 * time.Second
 
 func newBackOff() *backoff.ExponentialBackOff {
 	b := &backoff.ExponentialBackOff{
@@ -35,6 +44,16 @@ func newBackOff() *backoff.ExponentialBackOff {
 // check is one poll of a wait: done, or why not yet.
 type check func(ctx context.Context) (done bool, why error)
 
+// pacer says how long to pause after a check that failed for why.
+type pacer func(why error) time.Duration
+
+// backoffPacer is the default pacing: firstInterval doubling up to
+// maxInterval, whatever the failure.
+func backoffPacer() pacer {
+	b := newBackOff()
+	return func(error) time.Duration { return b.NextBackOff() }
+}
+
 // pause waits up to d, or until ctx ends. It may return early (a watched
 // process exited); the wait then checks again.
 type pause func(ctx context.Context, d time.Duration)
@@ -49,15 +68,15 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // waitFor runs c until it reports done, ctx ends or timeout passes, pausing
-// between checks with p. It returns nil once done; otherwise an error saying
-// what was awaited ("waiting for <what>"), for how long, and the last reason
-// c gave. The error wraps ctx's error (context.DeadlineExceeded on timeout)
-// and that reason. A timeout <= 0 allows a single check.
-func waitFor(ctx context.Context, what string, timeout time.Duration, c check, p pause) error {
+// between checks with p for as long as next says. It returns nil once
+// done; otherwise an error saying what was awaited ("waiting for <what>"),
+// for how long, and the last reason c gave. The error wraps ctx's error
+// (context.DeadlineExceeded on timeout) and that reason. A timeout <= 0
+// allows a single check.
+func waitFor(ctx context.Context, what string, timeout time.Duration, c check, next pacer, p pause) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, 0))
 	defer cancel()
-	b := newBackOff()
 	var why error
 	for {
 		done, w := c(ctx)
@@ -72,7 +91,7 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, c check, p
 		if ctx.Err() != nil {
 			break
 		}
-		p(ctx, b.NextBackOff())
+		p(ctx, next(w))
 		if ctx.Err() != nil {
 			break
 		}
@@ -94,24 +113,53 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, c check, p
 // still predate m, or says that no process of t.Binary is running, or gives
 // the last error reading /proc. Reading errors are retried until the
 // deadline: they are unknown, not an answer.
+//
+// Every decision is a full Replaced check; what happens in between only
+// decides when the next check runs. On the procfs of this process's own pid
+// namespace, where the kernel's process events connector is available
+// (root on the host: CAP_NET_ADMIN in the initial namespaces), the wait is
+// driven by events: it waits for the processes that predate m to exit (on
+// pidfds, Linux 5.3 and later), then for the exec of a process whose
+// argv[0] names t.Binary, checks at once when one happens, and otherwise
+// only every two seconds. Where the events are not available it polls: at
+// once, then after 10 ms doubling up to 250 ms.
 func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout time.Duration) error {
 	what := fmt.Sprintf("%s to be replaced after tick %d of boot %s", t.Name, m.Ticks, m.BootID)
 	if m.BootID == "" {
 		return fmt.Errorf("waiting for %s: mark has no boot id (take it with Mark)", what)
 	}
+	// Subscribed before the first check, so that no exec falls between.
+	w := s.watchExecs()
+	defer w.close()
+	var (
+		stale    []Process
+		answered bool // the last check read /proc: its failure is an answer
+		polled   = backoffPacer()
+		binary   = path.Base(t.Binary)
+	)
+	next := func(why error) time.Duration {
+		if w != nil && answered {
+			return watchedInterval
+		}
+		// Polled, or /proc could not be read: retried at the shared pace.
+		return polled(why)
+	}
 	return waitFor(ctx, what, timeout, func(context.Context) (bool, error) {
-		done, stale, err := s.Replaced(t, m)
+		done, st, err := s.Replaced(t, m)
+		stale, answered = st, err == nil
 		switch {
 		case err != nil:
 			return false, err
 		case done:
 			return true, nil
-		case len(stale) > 0:
-			return false, fmt.Errorf("still running from before the mark: %s", describe(stale))
+		case len(st) > 0:
+			return false, fmt.Errorf("still running from before the mark: %s", describe(st))
 		default:
 			return false, fmt.Errorf("no process of %s is running", t.Binary)
 		}
-	}, sleep)
+	}, next, func(ctx context.Context, d time.Duration) {
+		s.awaitChange(ctx, d, stale, w, binary)
+	})
 }
 
 // WaitGone waits until no process of t.Binary runs (a zombie does not run).
@@ -136,50 +184,152 @@ func (s *Scanner) WaitGone(ctx context.Context, t Target, timeout time.Duration)
 			return true, nil
 		}
 		return false, fmt.Errorf("still running: %s", describe(ps))
-	}, func(ctx context.Context, d time.Duration) {
-		if !s.live || len(survivors) == 0 || !s.awaitExit(ctx, survivors, d) {
-			sleep(ctx, d)
-		}
+	}, backoffPacer(), func(ctx context.Context, d time.Duration) {
+		s.awaitChange(ctx, d, survivors, nil, "")
 	})
 }
 
-// awaitExit waits up to d (and no longer than ctx allows) for any of ps to
-// exit, on pidfds. It reports false when pidfds cannot be used, for the
-// caller to fall back to a plain sleep.
-func (s *Scanner) awaitExit(ctx context.Context, ps []Process, d time.Duration) bool {
+// awaitChange pauses a wait for up to d (and no longer than ctx allows)
+// and returns early when something happens that may end the wait, or ctx
+// ends. Without w: one of ps exits (watched on pidfds, on the live procfs
+// only). With w (a WaitReplaced, ps its stale processes): once every one of
+// ps has exited, w reports the exec of a process whose argv[0] base name
+// is binary (or lost events); exits alone do not end the pause, as no
+// process of binary is left then. With nothing to watch it sleeps.
+func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process, w *execWatch, binary string) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
 	}
-	if d <= 0 {
-		return true
+	if d <= 0 || ctx.Err() != nil {
+		return
 	}
-	fds := make([]unix.PollFd, 0, len(ps))
+	var pidfds []int
 	defer func() {
-		for _, f := range fds {
-			unix.Close(int(f.Fd))
+		for _, fd := range pidfds {
+			unix.Close(fd)
 		}
 	}()
-	for _, p := range ps {
-		fd, err := unix.PidfdOpen(p.PID, 0)
-		if errors.Is(err, unix.ESRCH) {
-			return true // already gone: scan again at once
+	if s.live {
+		for _, p := range ps {
+			fd, err := unix.PidfdOpen(p.PID, 0)
+			if errors.Is(err, unix.ESRCH) {
+				return // already gone: check again at once
+			}
+			if err != nil {
+				// No pidfds here (a kernel before 5.3): exits are polled.
+				for _, fd := range pidfds {
+					unix.Close(fd)
+				}
+				pidfds = nil
+				break
+			}
+			pidfds = append(pidfds, fd)
+			// The pid may have been reused between the scan and the open:
+			// then the process scanned is gone.
+			ticks, alive, err := s.StartTicks(p.PID)
+			if err != nil || !alive || ticks != p.StartTicks {
+				return
+			}
+		}
+	}
+	switch {
+	case len(pidfds) == 0 && len(ps) > 0:
+		// Exits cannot be watched: poll them at the shared pace at most.
+		sleep(ctx, min(d, maxInterval))
+		return
+	case len(pidfds) == 0 && w == nil:
+		sleep(ctx, d)
+		return
+	}
+	// ctx ending is one more event: an eventfd it writes to.
+	cancelled, stop, err := ctxEventFD(ctx)
+	if err != nil {
+		sleep(ctx, d)
+		return
+	}
+	defer stop()
+	fds := make([]unix.PollFd, 0, len(pidfds)+2)
+	fds = append(fds, unix.PollFd{Fd: int32(cancelled), Events: unix.POLLIN})
+	watched := -1
+	if w != nil {
+		// While a process in ps runs, a WaitReplaced cannot end but by its
+		// exit: execs are read (and those that do not matter dropped) once
+		// none of them is left. A negative descriptor is ignored by poll.
+		watched = len(fds)
+		fd := int32(w.fd)
+		if len(pidfds) > 0 {
+			fd = -1
+		}
+		fds = append(fds, unix.PollFd{Fd: fd, Events: unix.POLLIN})
+	}
+	for _, fd := range pidfds {
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	}
+	running := len(pidfds)
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return
+		}
+		n, err := unix.Poll(fds, int((left+time.Millisecond-1)/time.Millisecond))
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
 		if err != nil {
-			return false
+			sleep(ctx, left)
+			return
 		}
-		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-		// The pid may have been reused between the scan and the open: then
-		// the process scanned is gone.
-		ticks, alive, err := s.StartTicks(p.PID)
-		if err != nil || !alive || ticks != p.StartTicks {
-			return true
+		if n == 0 {
+			continue
+		}
+		for i := range fds {
+			if fds[i].Revents == 0 {
+				continue
+			}
+			fds[i].Revents = 0
+			switch {
+			case i == 0:
+				return // ctx ended
+			case i == watched:
+				if w.relevant(s, binary) {
+					return // a process of binary may have started
+				}
+			case w == nil:
+				return // a watched process exited
+			default:
+				// A watched process exited: once none is left, a process
+				// of binary starting is what can end the wait.
+				fds[i].Fd = -1
+				if running--; running == 0 {
+					fds[watched].Fd = int32(w.fd)
+				}
+			}
 		}
 	}
-	_, err := unix.Poll(fds, int(d.Milliseconds())+1)
-	if err != nil && !errors.Is(err, unix.EINTR) {
-		return false
+}
+
+// ctxEventFD returns an eventfd that becomes readable when ctx ends, and
+// the function that releases it. stop must be called once, after the last
+// use of the descriptor; it returns once nothing writes to it any more.
+func ctxEventFD(ctx context.Context) (fd int, stop func(), err error) {
+	fd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, nil, err
 	}
-	return true
+	fired := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(fd, one[:])
+	})
+	return fd, func() {
+		if !cancel() {
+			<-fired // running or run: wait before the descriptor is reused
+		}
+		unix.Close(fd)
+	}, nil
 }
 
 // describe formats processes for an error: "pid 12 (started at tick 345)".
@@ -189,4 +339,199 @@ func describe(ps []Process) string {
 		parts[i] = fmt.Sprintf("pid %d (started at tick %d)", p.PID, p.StartTicks)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// The proc connector's protocol (linux/connector.h, linux/cn_proc.h).
+const (
+	cnIdxProc         = 1 // CN_IDX_PROC, also the multicast group
+	cnValProc         = 1 // CN_VAL_PROC
+	procCnMcastListen = 1 // PROC_CN_MCAST_LISTEN
+	procCnMcastIgnore = 2 // PROC_CN_MCAST_IGNORE
+	procEventNone     = 0 // PROC_EVENT_NONE: an acknowledgement
+	procEventExec     = 2 // PROC_EVENT_EXEC
+	nlHdrLen          = unix.SizeofNlMsghdr
+	cnMsgLen          = 20 // struct cn_msg without data
+	procEventLen      = 16 // struct proc_event up to event_data
+)
+
+// execWatch is a subscription to the kernel's process events connector
+// (CONFIG_PROC_EVENTS), which reports every exec on the machine: it lets
+// WaitReplaced see a new process of a component the moment kubelet's
+// runtime execs it, instead of at its next poll, at no cost while nothing
+// execs. Subscribing needs CAP_NET_ADMIN in the initial user namespace and
+// a process in the initial pid namespace (root on the host, as the product
+// runs); where it fails, waits poll. Linux 6.6 and later deliver only exec
+// events to it; earlier kernels deliver every process event and relevant
+// skips the others.
+//
+// A nil *execWatch is valid: it watches nothing.
+type execWatch struct {
+	fd  int
+	buf []byte
+	arg []byte
+}
+
+// watchExecs subscribes to exec events for s, or returns nil when s is not
+// the live procfs or the kernel refuses.
+func (s *Scanner) watchExecs() *execWatch {
+	if !s.live {
+		return nil
+	}
+	w, err := openExecWatch()
+	if err != nil {
+		return nil
+	}
+	return w
+}
+
+func openExecWatch() (*execWatch, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_CONNECTOR)
+	if err != nil {
+		return nil, err
+	}
+	w := &execWatch{fd: fd, buf: make([]byte, 16<<10), arg: make([]byte, 512)}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: cnIdxProc}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// Room for bursts of events between two reads; a smaller buffer is
+	// fine too (an overflow makes the wait check at once).
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
+	ack := rand.Uint32() >> 2
+	if err := w.send(ack, procCnMcastListen); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// The kernel acknowledges a subscription synchronously to every
+	// listener; no acknowledgement means it dropped the request (another
+	// namespace, or no CONFIG_PROC_EVENTS).
+	if err := w.awaitAck(ack+1, 100*time.Millisecond); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// Exec events only, on kernels that filter (an earlier kernel ignores
+	// this form and keeps the subscription to every event).
+	_ = w.send(ack+2, procCnMcastListen, procEventExec)
+	return w, nil
+}
+
+// send sends a proc connector control message carrying ops.
+func (w *execWatch) send(ack uint32, ops ...uint32) error {
+	msg := make([]byte, nlHdrLen+cnMsgLen+4*len(ops))
+	ne := binary.NativeEndian
+	ne.PutUint32(msg[0:], uint32(len(msg)))
+	ne.PutUint16(msg[4:], unix.NLMSG_DONE)
+	ne.PutUint32(msg[8:], ack) // nlmsg_seq
+	cn := msg[nlHdrLen:]
+	ne.PutUint32(cn[0:], cnIdxProc)
+	ne.PutUint32(cn[4:], cnValProc)
+	ne.PutUint32(cn[8:], ack)  // seq
+	ne.PutUint32(cn[12:], ack) // ack
+	ne.PutUint16(cn[16:], uint16(4*len(ops)))
+	for i, op := range ops {
+		ne.PutUint32(cn[cnMsgLen+4*i:], op)
+	}
+	return unix.Sendto(w.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+}
+
+// awaitAck reads messages until the acknowledgement numbered ack arrives
+// (nil, or the error the kernel reports in it), or timeout passes.
+func (w *execWatch) awaitAck(ack uint32, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errors.New("proc connector: no acknowledgement of the subscription")
+		}
+		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, int(left/time.Millisecond)+1); err != nil && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+		n, err := unix.Read(w.fd, w.buf)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) || errors.Is(err, unix.ENOBUFS) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var got error
+		found := false
+		eachEvent(w.buf[:n], func(cnAck uint32, what uint32, data []byte) {
+			if what == procEventNone && cnAck == ack && len(data) >= 4 {
+				found = true
+				if e := binary.NativeEndian.Uint32(data); e != 0 {
+					got = fmt.Errorf("proc connector: subscription refused: %w", unix.Errno(e))
+				}
+			}
+		})
+		if found {
+			return got
+		}
+	}
+}
+
+// relevant reads every pending message and reports whether one may end a
+// wait for binary want: the exec of a process whose argv[0] base name is
+// want,
+// a message it could not read, or lost messages (the socket's buffer
+// overflowed). Only the reading is cheap; whether that process counts is
+// for the wait's own check.
+func (w *execWatch) relevant(s *Scanner, want string) bool {
+	found := false
+	for {
+		n, err := unix.Read(w.fd, w.buf)
+		switch {
+		case errors.Is(err, unix.EAGAIN):
+			return found
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ENOBUFS):
+			found = true
+			continue
+		case err != nil:
+			return true
+		}
+		eachEvent(w.buf[:n], func(_ uint32, what uint32, data []byte) {
+			if found || what != procEventExec || len(data) < 8 {
+				return
+			}
+			tgid := int(binary.NativeEndian.Uint32(data[4:]))
+			var arg0 []byte
+			arg0, w.arg, err = s.argv0(tgid, w.arg)
+			if err == nil && string(baseName(arg0)) == want {
+				found = true
+			}
+		})
+	}
+}
+
+// eachEvent calls fn for every proc connector event in a datagram: the
+// connector message's ack, the event's what, and its event_data.
+func eachEvent(b []byte, fn func(ack, what uint32, data []byte)) {
+	ne := binary.NativeEndian
+	for len(b) >= nlHdrLen {
+		l := int(ne.Uint32(b))
+		if l < nlHdrLen || l > len(b) {
+			return
+		}
+		msg := b[nlHdrLen:l]
+		if len(msg) >= cnMsgLen+procEventLen && ne.Uint32(msg[0:]) == cnIdxProc && ne.Uint32(msg[4:]) == cnValProc {
+			ev := msg[cnMsgLen:]
+			fn(ne.Uint32(msg[12:]), ne.Uint32(ev[0:]), ev[procEventLen:])
+		}
+		l = (l + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
+		if l > len(b) {
+			return
+		}
+		b = b[l:]
+	}
+}
+
+// close ends the subscription.
+func (w *execWatch) close() {
+	if w == nil {
+		return
+	}
+	_ = w.send(0, procCnMcastIgnore)
+	unix.Close(w.fd)
 }
