@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -588,6 +589,31 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		st, point = r.from, "rollback-"
 	}
 	fault.Hit(point + "before-write:" + comp)
+	if cur, err := e.procs.Mark(); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	} else if cur.BootID != m.BootID {
+		// A mark from an earlier boot counts every process as new. That is
+		// right when the write happened before the reboot (kubelet then
+		// started the component from the new bytes), but when it did not,
+		// the process kubelet restarted after the reboot runs the old
+		// manifest: take a fresh mark in this boot before writing.
+		on, err := e.targetOnDisk(r, p, comp, stamp)
+		if err != nil {
+			return fmt.Errorf("%s: %w", comp, err)
+		}
+		if !on {
+			// kubelet may still be starting the old pod after the boot: a
+			// process it starts between the new mark and the write would
+			// pass for the replacement. Let it settle first.
+			e.settle(ctx, st, comp)
+			if m, err = e.procs.Mark(); err != nil {
+				return fmt.Errorf("%s: %w", comp, err)
+			}
+			if err := e.append(r, p, journal.Record{Phase: p, Step: stepMark, Component: comp, ProcMark: &m, Stamp: stamp}); err != nil {
+				return err
+			}
+		}
+	}
 	if err := e.procs.PastMark(ctx, m); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
@@ -649,6 +675,64 @@ func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error 
 	default:
 		return e.store.Start(r.to, comp)
 	}
+}
+
+// settle waits, bounded by the active deadline, until the process kubelet
+// runs for comp from the manifest now on disk answers. It is called before a
+// fresh mark is taken for a write that did not happen before a reboot: a
+// mark only tells kubelet's processes apart by start time, so kubelet must
+// not be starting one from the old manifest while the mark is taken. A
+// component that does not come up is logged and the step goes on.
+func (e *Engine) settle(ctx context.Context, st *nodestate.NodeState, comp string) {
+	t, err := manifest.Target(st, comp)
+	if err != nil {
+		return
+	}
+	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+		e.log.Warn("component did not come up on its old manifest after the reboot; writing the new one anyway", "component", comp, "err", err)
+	}
+}
+
+// targetOnDisk reports whether comp's manifest on disk already holds what
+// writeTarget would write in phase p.
+func (e *Engine) targetOnDisk(r *run, p journal.Phase, comp, stamp string) (bool, error) {
+	have, err := e.store.Read(comp)
+	if errors.Is(err, manifest.ErrNoManifest) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	pod, err := manifest.DecodePod(have)
+	if err != nil {
+		return false, nil
+	}
+	var want []byte
+	switch {
+	case p == journal.PhaseRollingBack:
+		return manifest.RestartedAt(pod) == stamp, nil
+	case r.txn.Kind == journal.KindRollbackLast:
+		snap, err := snapshot.Load(r.txn.Source, manifest.DerivedPaths(r.to))
+		if err != nil {
+			return false, err
+		}
+		b, ok := snap.Manifest(comp)
+		if !ok {
+			return false, nil
+		}
+		if want, err = manifest.SetRestartedAt(b, stamp); err != nil {
+			return false, err
+		}
+	default:
+		prof, err := manifest.LoadProfile(r.to)
+		if err != nil {
+			return false, err
+		}
+		if want, err = manifest.RenderBytes(r.to, prof, comp, manifest.RestartedAt(pod)); err != nil {
+			return false, err
+		}
+	}
+	return bytes.Equal(have, want), nil
 }
 
 // identity is the JSON of comp's current processes, journaled with its step
@@ -867,10 +951,6 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	var marks []journal.Record
 	var last proc.Mark
 	for _, comp := range restart {
-		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
-			last = *rec.ProcMark
-			continue
-		}
 		if _, held := snap.Manifest(comp); !held {
 			continue
 		}
@@ -878,8 +958,24 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
+		stamp := e.store.Stamp()
+		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+			// Journaled before a crash. Its mark stands unless it is from an
+			// earlier boot and the restore has not written yet: then the
+			// processes kubelet restarted after the reboot run the bytes
+			// being replaced, and an old-boot mark would count them as new.
+			if restored || rec.ProcMark.BootID == m.BootID {
+				last = *rec.ProcMark
+				continue
+			}
+			stamp = rec.Stamp
+			e.settle(ctx, r.to, comp)
+			if m, err = e.procs.Mark(); err != nil {
+				return err
+			}
+		}
 		last = m
-		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: stepMark, Component: comp, ProcMark: &m, Stamp: e.store.Stamp()})
+		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: stepMark, Component: comp, ProcMark: &m, Stamp: stamp})
 	}
 	if len(marks) > 0 {
 		if err := e.append(r, journal.PhaseRollingBack, marks...); err != nil {

@@ -384,10 +384,22 @@ func TestRebootMidUpgrade(t *testing.T) {
 			cancel()
 		}
 	}
-	if _, err := f.e.Run(ctx, release(f.node.State, false, "", ""), nil); !errors.Is(err, ErrInterrupted) {
+	res, err := f.e.Run(ctx, release(f.node.State, false, "", ""), nil)
+	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("Run: %v", err)
 	}
 	f.onEvent = nil
+	// The crash came right after the next component's mark was journaled,
+	// before its manifest was written: after the reboot kubelet restarts it
+	// from the OLD manifest, and the old boot's mark must not take that
+	// process for the replacement.
+	m, err := f.node.Scanner.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.j.Append(res.Txn, journal.PhaseApplying, journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: nodestate.ControllerManager, ProcMark: &m}); err != nil {
+		t.Fatal(err)
+	}
 	// Every process dies, as in a reboot; kubelet starts them again.
 	for _, comp := range manifest.NamesFor(f.node.State) {
 		tg, _ := manifest.Target(f.node.State, comp)
@@ -404,7 +416,7 @@ func TestRebootMidUpgrade(t *testing.T) {
 	t.Cleanup(func() { j.Close() })
 	f.j = j
 	e := f.engine(f.node.Scanner.WithBootID("rebooted-boot-id"), testDeadlines)
-	res, err := e.Resume(t.Context())
+	res, err = e.Resume(t.Context())
 	if err != nil || res.Outcome != Committed {
 		t.Fatalf("Resume after reboot: %+v %v", res, err)
 	}
