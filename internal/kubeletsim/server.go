@@ -50,9 +50,19 @@ func NewClient(rootDir string, timeout time.Duration) (*Client, error) {
 
 // Pods fetches GET /pods.
 func (c *Client) Pods(ctx context.Context) ([]PodStatus, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/pods", nil)
-	if err != nil {
+	var out []PodStatus
+	if err := c.get(ctx, "/pods", "status", &out); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// get fetches path from the status endpoint and decodes its JSON into out;
+// what names the request in errors.
+func (c *Client) get(ctx context.Context, path, what string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+path, nil)
+	if err != nil {
+		return err
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -60,17 +70,16 @@ func (c *Client) Pods(ctx context.Context) ([]PodStatus, error) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("kubelet stand-in status %s: %w", c.Addr, err)
+		return fmt.Errorf("kubelet stand-in %s %s: %w", what, c.Addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("kubelet stand-in status %s: %s", c.Addr, resp.Status)
+		return fmt.Errorf("kubelet stand-in %s %s: %s", what, c.Addr, resp.Status)
 	}
-	var out []PodStatus
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("kubelet stand-in status %s: decode: %w", c.Addr, err)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("kubelet stand-in %s %s: decode: %w", what, c.Addr, err)
 	}
-	return out, nil
+	return nil
 }
 
 // WaitFor polls Pods until cond holds or timeout passes; the error names
@@ -100,22 +109,9 @@ func (c *Client) WaitFor(ctx context.Context, what string, timeout time.Duration
 
 // Events fetches GET /events: the stand-in's decisions, oldest first.
 func (c *Client) Events(ctx context.Context) ([]Event, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Addr+"/events", nil)
-	if err != nil {
-		return nil, err
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("kubelet stand-in events %s: %w", c.Addr, err)
-	}
-	defer resp.Body.Close()
 	var out []Event
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("kubelet stand-in events %s: decode: %w", c.Addr, err)
+	if err := c.get(ctx, "/events", "events", &out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
