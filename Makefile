@@ -35,10 +35,10 @@ bench: ## performance benchmarks: one table, also written into docs/performance.
 	$(GO) run ./bench/cmd/report -doc docs/performance.md -save $(BIN)/bench.out
 
 # One build configuration for the demo, stratum-upgrade, the stand-ins and
-# etcd (internal/etcdbuild uses -trimpath, CGO_ENABLED=0): from a cold cache
+# etcd (internal/harness/etcdbuild uses -trimpath, CGO_ENABLED=0): from a cold cache
 # the standard library and the shared modules compile once, not twice.
 demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back
-	CGO_ENABLED=0 GOFLAGS="$$($(GO) env GOFLAGS) -trimpath" $(GO) run ./internal/cmd/demo -version $(VERSION)
+	CGO_ENABLED=0 GOFLAGS="$$($(GO) env GOFLAGS) -trimpath" $(GO) run ./internal/harness/cmd/demo -version $(VERSION)
 
 e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
 	./scripts/e2e-kubelet.sh

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"

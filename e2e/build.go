@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 )
 
 // KubeletVersion is the kubelet the end-to-end tests build and run.
@@ -24,7 +24,7 @@ const KubeletVersion = "v1.34.4"
 
 // KubeletToolDir is the nested module that builds kubelet, relative to the
 // repository root.
-const KubeletToolDir = "internal/tools/kubelet"
+const KubeletToolDir = "internal/harness/tools/kubelet"
 
 // KubeletBuildTimeout bounds one go build of kubelet: about 3.5 minutes on
 // 2 cores from a cold build cache, plus the module download.

@@ -1,6 +1,6 @@
 // Package e2e runs stratum-upgrade end to end against a real kubelet
 // (v1.34.4, built from k8s.io/kubernetes in the nested module
-// internal/tools/kubelet) on a real containerd and runc, as described in
+// internal/harness/tools/kubelet) on a real containerd and runc, as described in
 // docs/e2e.md. It provides what that needs: the kubelet build, cached under
 // $STRATUM_CACHE; docker-archive images written in Go (a pause image, the
 // component stand-in under the components' image references, real etcd

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 )
 
 // startHost builds kubelet and the images and starts a Host whose teardown

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
-	"github.com/ciq/stratum-upgrade/internal/standin"
-	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/standin"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -51,7 +51,7 @@ func BuildBinaries() (*Binaries, error) {
 	if err := BuildStatic(root, "./e2e/pause", b.Pause); err != nil {
 		return nil, err
 	}
-	if err := BuildStatic(root, "./internal/cmd/component-standin", b.Standin); err != nil {
+	if err := BuildStatic(root, "./internal/harness/cmd/component-standin", b.Standin); err != nil {
 		return nil, err
 	}
 	for _, eb := range etcdbuild.Builds {

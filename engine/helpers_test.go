@@ -9,8 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
-	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
 
 type kubeletImage = kubeletsim.Image

@@ -23,15 +23,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
-	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
 // --- test bed: PKI, ports, real etcd processes ---
 
 // etcdBinary returns the path of a real etcd binary of the given minor
-// version ("3.5", "3.6"), built by internal/etcdbuild (cached).
+// version ("3.5", "3.6"), built by internal/harness/etcdbuild (cached).
 func etcdBinary(t *testing.T, minor string) string {
 	t.Helper()
 	bin, err := etcdbuild.Binary(minor)

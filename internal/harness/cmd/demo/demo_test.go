@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
 
 // buildDemo builds this program into a temp dir.

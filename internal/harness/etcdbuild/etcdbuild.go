@@ -1,6 +1,6 @@
 // Package etcdbuild provides real etcd binaries for the test bed: etcd's own
 // server main built from the go.etcd.io/etcd/server/v3 module at a pinned
-// version (the nested modules under internal/tools/etcd3*), cached so that a
+// version (the nested modules under internal/harness/tools/etcd3*), cached so that a
 // rerun does not rebuild.
 //
 // A binary lives at <cache>/etcd-<module version>/etcd, where <cache> is
@@ -39,8 +39,8 @@ type Build struct {
 // Builds is every etcd the test bed can run, oldest first. An upgrade test
 // goes from Builds[0] to Builds[1].
 var Builds = []Build{
-	{Minor: "3.5", ModuleVersion: "v3.5.21", Image: "registry.k8s.io/etcd:3.5.21-0", ToolDir: "internal/tools/etcd35"},
-	{Minor: "3.6", ModuleVersion: "v3.6.5", Image: "registry.k8s.io/etcd:3.6.5-0", ToolDir: "internal/tools/etcd36"},
+	{Minor: "3.5", ModuleVersion: "v3.5.21", Image: "registry.k8s.io/etcd:3.5.21-0", ToolDir: "internal/harness/tools/etcd35"},
+	{Minor: "3.6", ModuleVersion: "v3.6.5", Image: "registry.k8s.io/etcd:3.6.5-0", ToolDir: "internal/harness/tools/etcd36"},
 }
 
 // BuildTimeout bounds one go build of etcd (about a minute with a warm
@@ -177,7 +177,7 @@ func RepoRoot() (string, error) {
 	}
 	_, file, _, ok := runtime.Caller(0)
 	if ok {
-		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 		if _, err := os.Stat(filepath.Join(root, Builds[0].ToolDir, "go.mod")); err == nil {
 			return root, nil
 		}

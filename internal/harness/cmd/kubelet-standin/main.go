@@ -1,6 +1,6 @@
 // Command kubelet-standin runs the static pods of one manifest directory as
 // host processes, following a real kubelet's file-source and pod-worker
-// rules (package internal/kubeletsim). It stops on SIGTERM or SIGINT after
+// rules (package internal/harness/kubeletsim). It stops on SIGTERM or SIGINT after
 // killing every pod. Durations are Go durations; zero keeps kubelet's value.
 package main
 
@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 )
 
 func main() {

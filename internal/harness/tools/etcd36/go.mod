@@ -1,4 +1,4 @@
-module github.com/ciq/stratum-upgrade/internal/tools/etcd36
+module github.com/ciq/stratum-upgrade/internal/harness/tools/etcd36
 
 go 1.26
 

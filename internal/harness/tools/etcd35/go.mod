@@ -1,4 +1,4 @@
-module github.com/ciq/stratum-upgrade/internal/tools/etcd35
+module github.com/ciq/stratum-upgrade/internal/harness/tools/etcd35
 
 go 1.26
 

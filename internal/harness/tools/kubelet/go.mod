@@ -3,7 +3,7 @@
 // go.mod never depends on k8s.io/kubernetes. Every k8s.io staging module is
 // replaced by its published v0.34.4, as k8s.io/kubernetes' own go.mod
 // replaces them with ./staging (go install refuses that).
-module github.com/ciq/stratum-upgrade/internal/tools/kubelet
+module github.com/ciq/stratum-upgrade/internal/harness/tools/kubelet
 
 go 1.26
 

@@ -1,7 +1,7 @@
 // Package testbed brings up a control-plane node for tests and the demo:
-// the kubelet stand-in (internal/kubeletsim) as a subprocess watching a
-// manifest directory in a private root, real etcd (internal/etcdbuild) and
-// the component stand-ins (internal/standin) mapped to the node state's
+// the kubelet stand-in (internal/harness/kubeletsim) as a subprocess watching a
+// manifest directory in a private root, real etcd (internal/harness/etcdbuild) and
+// the component stand-ins (internal/harness/standin) mapped to the node state's
 // images, kubeadm's PKI generated for real, and the manifests rendered by
 // package manifest. Start waits until every component is active and
 // registers a teardown that leaves no process behind even when the test
@@ -33,9 +33,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
-	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
-	"github.com/ciq/stratum-upgrade/internal/standin"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -690,7 +690,7 @@ var standinBinaries = sync.OnceValues(func() (*binaries, error) {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
 	b := &binaries{kubelet: filepath.Join(dir, "kubelet-standin"), component: filepath.Join(dir, "component-standin")}
-	for pkg, out := range map[string]string{"./internal/cmd/kubelet-standin": b.kubelet, "./internal/cmd/component-standin": b.component} {
+	for pkg, out := range map[string]string{"./internal/harness/cmd/kubelet-standin": b.kubelet, "./internal/harness/cmd/component-standin": b.component} {
 		// Built to a private name and renamed: a process of another test
 		// binary may be running the previous build.
 		tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())

@@ -2,7 +2,7 @@
 //
 // It builds stratum-upgrade, the test bed's stand-ins and real etcd 3.5 and
 // 3.6 (cached under $STRATUM_CACHE), brings up a control-plane node in a new
-// temporary directory (internal/testbed: the kubelet stand-in watching a
+// temporary directory (internal/harness/testbed: the kubelet stand-in watching a
 // manifest directory, real etcd, component stand-ins, kube-vip with a VIP),
 // and drives the real stratum-upgrade binary through it as a shell
 // transcript: version, init, status, plan and run to v1.34.5 (a real etcd
@@ -41,10 +41,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/etcdbuild"
-	"github.com/ciq/stratum-upgrade/internal/kubeletsim"
-	"github.com/ciq/stratum-upgrade/internal/standin"
-	"github.com/ciq/stratum-upgrade/internal/testbed"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/standin"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
