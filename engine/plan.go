@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -116,7 +116,7 @@ func checkStrays(store *manifest.Store, roster []string) error {
 		return err
 	}
 	for _, f := range strays {
-		b, _, err := fsutil.ReadRegular(filepath.Join(store.Dir(), f))
+		b, _, err := durable.ReadRegular(filepath.Join(store.Dir(), f))
 		if err != nil || len(b) > 10<<20 {
 			continue // a directory, a link kubelet follows to garbage, or too big for kubelet: not a pod it runs
 		}

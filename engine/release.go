@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -75,7 +75,7 @@ func ParseRelease(b []byte) (*Release, error) {
 
 // LoadRelease reads and parses the release file at path.
 func LoadRelease(path string) (*Release, []byte, error) {
-	b, _, err := fsutil.ReadRegular(path)
+	b, _, err := durable.ReadRegular(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("release %s: %w", path, err)
 	}

@@ -40,7 +40,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -129,13 +129,13 @@ func Open(path string, opt Options) (*Journal, error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
-		return nil, fmt.Errorf("journal %s %w: refusing to follow it; point stratum-upgrade at the real file", path, fsutil.ErrSymlink)
+		return nil, fmt.Errorf("journal %s %w: refusing to follow it; point stratum-upgrade at the real file", path, durable.ErrSymlink)
 	case err == nil && !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("journal %s %w (%s)", path, fsutil.ErrNotRegular, fi.Mode().Type())
+		return nil, fmt.Errorf("journal %s %w (%s)", path, durable.ErrNotRegular, fi.Mode().Type())
 	case errors.Is(err, fs.ErrNotExist) && opt.ReadOnly:
 		return nil, fmt.Errorf("journal %s does not exist: nothing has been imported or upgraded on this node yet", path)
 	case errors.Is(err, fs.ErrNotExist):
-		if err := fsutil.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		if err := durable.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("journal %s: create directory: %w", path, err)
 		}
 		created = true
@@ -156,13 +156,13 @@ func Open(path string, opt Options) (*Journal, error) {
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
 		return nil, fmt.Errorf("journal %s is not a bbolt database (%v): it is not a stratum-upgrade journal or it is damaged; nothing was written to it, move it aside or restore it from a backup", path, err)
 	case errors.Is(err, syscall.ELOOP):
-		return nil, fmt.Errorf("journal %s %w: refusing to follow it", path, fsutil.ErrSymlink)
+		return nil, fmt.Errorf("journal %s %w: refusing to follow it", path, durable.ErrSymlink)
 	case err != nil:
 		return nil, fmt.Errorf("journal %s: open: %w", path, err)
 	}
 	if created {
 		// bbolt fsyncs the file, not the directory entry that names it.
-		if err := fsutil.SyncDir(filepath.Dir(path)); err != nil {
+		if err := durable.SyncDir(filepath.Dir(path)); err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("journal %s: %w", path, err)
 		}

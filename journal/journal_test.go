@@ -14,7 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 )
@@ -154,7 +154,7 @@ func TestOpenRefuses(t *testing.T) {
 				}
 			},
 			want: []string{"symbolic link"},
-			is:   fsutil.ErrSymlink,
+			is:   durable.ErrSymlink,
 		},
 		{
 			name: "dangling symlink",
@@ -164,13 +164,13 @@ func TestOpenRefuses(t *testing.T) {
 				}
 			},
 			want: []string{"symbolic link"},
-			is:   fsutil.ErrSymlink,
+			is:   durable.ErrSymlink,
 		},
 		{
 			name:  "directory",
 			setup: func(t *testing.T, path string) { must(t, os.Mkdir(path, 0o700)) },
 			want:  []string{"not a regular file"},
-			is:    fsutil.ErrNotRegular,
+			is:    durable.ErrNotRegular,
 		},
 		{
 			name:  "garbage",

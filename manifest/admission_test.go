@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -312,7 +312,7 @@ func TestLoadProfile(t *testing.T) {
 		st.Profile.AdmissionConfigFile = link
 		_, err := LoadProfile(st)
 		mustMention(t, "LoadProfile", err, "profile.admissionConfigFile", link)
-		if !errors.Is(err, fsutil.ErrSymlink) {
+		if !errors.Is(err, durable.ErrSymlink) {
 			t.Errorf("error %v is not ErrSymlink", err)
 		}
 	})

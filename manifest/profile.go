@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -27,7 +27,7 @@ type Profile struct {
 }
 
 // LoadProfile reads the files st.Profile names. It does not follow a
-// symlink at a file's last element (fsutil.ReadRegular). A default profile
+// symlink at a file's last element (durable.ReadRegular). A default profile
 // yields an empty Profile without touching the disk.
 //
 // Both cis files are checked before they are returned: the audit policy
@@ -64,7 +64,7 @@ func readProfileFile(field, path string) ([]byte, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%s: required by the %s profile", field, nodestate.ProfileCIS)
 	}
-	b, _, err := fsutil.ReadRegular(path)
+	b, _, err := durable.ReadRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", field, path, err)
 	}

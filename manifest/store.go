@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 )
@@ -109,7 +109,7 @@ func Open(dir string, opt Options) (*Store, error) {
 		}
 		dir = abs
 	}
-	if err := fsutil.CheckDir(dir); err != nil {
+	if err := durable.CheckDir(dir); err != nil {
 		return nil, fmt.Errorf("manifest dir: %w", err)
 	}
 	s := &Store{dir: dir, procs: opt.Scanner, log: opt.Logger, now: opt.Now}
@@ -144,7 +144,7 @@ func OpenReadOnly(dir string, opt Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("manifest dir %s: %w", dir, err)
 	case fi.Mode()&fs.ModeSymlink != 0:
-		return nil, fmt.Errorf("manifest dir: directory %s %w; point the flag at the real directory", dir, fsutil.ErrSymlink)
+		return nil, fmt.Errorf("manifest dir: directory %s %w; point the flag at the real directory", dir, durable.ErrSymlink)
 	case !fi.IsDir():
 		return nil, fmt.Errorf("manifest dir: %s is not a directory", dir)
 	}
@@ -171,7 +171,7 @@ func (s *Store) writable(op string) error {
 // Create is Open, but first makes dir (mode 0700) and its parents if
 // missing. It is for `init` on a node that has never run a control plane.
 func Create(dir string, opt Options) (*Store, error) {
-	if err := fsutil.MkdirAll(dir, DirMode); err != nil {
+	if err := durable.MkdirAll(dir, DirMode); err != nil {
 		return nil, fmt.Errorf("manifest dir %s: %w", dir, err)
 	}
 	return Open(dir, opt)
@@ -207,7 +207,7 @@ func (s *Store) Exists(name string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
-	if err := fsutil.CheckRegular(s.Path(name), fi); err != nil {
+	if err := durable.CheckRegular(s.Path(name), fi); err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
 	return true, nil
@@ -219,7 +219,7 @@ func (s *Store) Read(name string) ([]byte, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	b, _, err := fsutil.ReadRegular(s.Path(name))
+	b, _, err := durable.ReadRegular(s.Path(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("manifest %s: %w at %s", name, ErrNoManifest, s.Path(name))
 	}
@@ -268,7 +268,7 @@ func (s *Store) Remove(name string) (removed bool, err error) {
 	if err := checkTarget(s.Path(name)); err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
-	removed, err = fsutil.Remove(s.Path(name))
+	removed, err = durable.Remove(s.Path(name))
 	if err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
@@ -287,7 +287,7 @@ func (s *Store) writeMode(name string, b []byte, perm fs.FileMode) (bool, error)
 	if err := checkTarget(s.Path(name)); err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
-	changed, err := fsutil.WriteFile(s.Path(name), b, perm)
+	changed, err := durable.WriteFile(s.Path(name), b, perm)
 	if err != nil {
 		return false, fmt.Errorf("manifest %s: %w", name, err)
 	}
@@ -391,7 +391,7 @@ func (s *Store) WriteAll(st *nodestate.NodeState) (WriteResult, error) {
 		}
 	}
 	for _, name := range leaving {
-		if _, err := fsutil.Remove(s.Path(name)); err != nil {
+		if _, err := durable.Remove(s.Path(name)); err != nil {
 			return res, fmt.Errorf("manifest %s: %w", name, err)
 		}
 		s.log.Info("manifest removed: component left the roster", "component", name)
@@ -410,16 +410,16 @@ func checkTarget(path string) error {
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	return fsutil.CheckRegular(path, fi)
+	return durable.CheckRegular(path, fi)
 }
 
 // WriteDerived writes one render-derived file through the same atomic,
 // durable path as a manifest, creating its directory (0700) if missing.
 func writeDerived(d DerivedFile) (bool, error) {
-	if err := fsutil.MkdirAll(filepath.Dir(d.Path), DirMode); err != nil {
+	if err := durable.MkdirAll(filepath.Dir(d.Path), DirMode); err != nil {
 		return false, fmt.Errorf("derived file %s: %w", d.Path, err)
 	}
-	changed, err := fsutil.WriteFile(d.Path, d.Data, d.Mode)
+	changed, err := durable.WriteFile(d.Path, d.Data, d.Mode)
 	if err != nil {
 		return false, fmt.Errorf("derived file: %w", err)
 	}
@@ -437,7 +437,7 @@ func (s *Store) restartedAtOnDisk(name string) (string, error) {
 	if err := checkTarget(s.Path(name)); err != nil {
 		return "", fmt.Errorf("manifest %s: %w", name, err)
 	}
-	b, _, err := fsutil.ReadRegular(s.Path(name))
+	b, _, err := durable.ReadRegular(s.Path(name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -497,7 +497,7 @@ func (s *Store) Sweep() (SweepResult, error) {
 		res.Strays = append(res.Strays, name)
 	}
 	if len(res.Swept) > 0 {
-		if err := fsutil.SyncDir(s.dir); err != nil {
+		if err := durable.SyncDir(s.dir); err != nil {
 			return res, err
 		}
 	}
@@ -600,7 +600,7 @@ func (s *Store) Stop(ctx context.Context, st *nodestate.NodeState, name string, 
 	if err := checkTarget(s.Path(name)); err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}
-	removed, err := fsutil.Remove(s.Path(name))
+	removed, err := durable.Remove(s.Path(name))
 	if err != nil {
 		return fmt.Errorf("stop %s: %w", name, err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 )
 
 // APIVersion and Kind identify a node state document.
@@ -154,7 +154,7 @@ const (
 // Load reads, strictly decodes, defaults and validates the node state at
 // path. Every error names path and, where one is at fault, the field path.
 func Load(path string) (*NodeState, error) {
-	b, _, err := fsutil.ReadRegular(path)
+	b, _, err := durable.ReadRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("node state %s: %w", path, err)
 	}
@@ -477,7 +477,7 @@ func (st *NodeState) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := fsutil.WriteFile(path, b, 0o600); err != nil {
+	if _, err := durable.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("node state %s: %w", path, err)
 	}
 	return nil

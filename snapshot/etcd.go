@@ -31,7 +31,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -245,7 +245,7 @@ func BackupEtcd(ctx context.Context, cfg EtcdClientConfig, path string) (*EtcdBa
 		return nil, fail(err)
 	}
 	renamed = true
-	if err := fsutil.SyncDir(dir); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return nil, fail(err)
 	}
 	slog.Info("etcd backup taken", "endpoint", cfg.Endpoint, "path", path, "size", b.Size,
@@ -612,7 +612,7 @@ func restoreStaging(st *nodestate.NodeState, b *EtcdBackup, dataDir, staging str
 	if err := syncTree(staging); err != nil {
 		return err
 	}
-	return fsutil.SyncDir(filepath.Dir(staging))
+	return durable.SyncDir(filepath.Dir(staging))
 }
 
 // memberPeerURLs returns the peer URLs initialCluster lists for member.
@@ -732,11 +732,11 @@ func renameDurable(from, to string) error {
 
 // syncParents fsyncs the parent directories of a and b.
 func syncParents(a, b string) error {
-	if err := fsutil.SyncDir(filepath.Dir(b)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(b)); err != nil {
 		return err
 	}
 	if filepath.Dir(a) != filepath.Dir(b) {
-		return fsutil.SyncDir(filepath.Dir(a))
+		return durable.SyncDir(filepath.Dir(a))
 	}
 	return nil
 }
@@ -746,5 +746,5 @@ func removeAllDurable(path string) error {
 	if err := os.RemoveAll(path); err != nil {
 		return err
 	}
-	return fsutil.SyncDir(filepath.Dir(path))
+	return durable.SyncDir(filepath.Dir(path))
 }

@@ -34,7 +34,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/manifest"
 )
 
@@ -116,14 +116,14 @@ func Take(dir string, store *manifest.Store, derivedPaths []string) (*Index, err
 	if _, err := os.Lstat(dir); err == nil {
 		// Taken before a crash that may have come before the rename was
 		// made durable: make it durable now.
-		if err := fsutil.SyncDir(parent); err != nil {
+		if err := durable.SyncDir(parent); err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 		}
 		return nil, fmt.Errorf("snapshot %s: %w", dir, ErrExists)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
-	if err := fsutil.MkdirAll(parent, 0o700); err != nil {
+	if err := durable.MkdirAll(parent, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
 	staging := filepath.Join(parent, "."+filepath.Base(dir)+".staging-"+randHex(4))
@@ -143,7 +143,7 @@ func Take(dir string, store *manifest.Store, derivedPaths []string) (*Index, err
 		os.RemoveAll(staging)
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
-	if err := fsutil.SyncDir(parent); err != nil {
+	if err := durable.SyncDir(parent); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
 	return ix, nil
@@ -197,7 +197,7 @@ func stage(staging string, store *manifest.Store, derivedPaths []string) (*Index
 		return nil, err
 	}
 	for _, d := range []string{filepath.Join(staging, manifestsDir), filepath.Join(staging, derivedDir), staging} {
-		if err := fsutil.SyncDir(d); err != nil {
+		if err := durable.SyncDir(d); err != nil {
 			return nil, err
 		}
 	}
@@ -206,7 +206,7 @@ func stage(staging string, store *manifest.Store, derivedPaths []string) (*Index
 
 // copyIn copies regular file src to dstDir/name, fsynced, with src's mode.
 func copyIn(src, dstDir, name string) (Entry, error) {
-	b, mode, err := fsutil.ReadRegular(src)
+	b, mode, err := durable.ReadRegular(src)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -280,7 +280,7 @@ func Load(dir string, allowedDerived []string) (*Loaded, error) {
 	if !fi.IsDir() {
 		return nil, bad("not a directory (mode %s)", fi.Mode().Type())
 	}
-	raw, _, err := fsutil.ReadRegular(filepath.Join(dir, indexFile))
+	raw, _, err := durable.ReadRegular(filepath.Join(dir, indexFile))
 	if err != nil {
 		return nil, bad("index: %v", err)
 	}
@@ -326,7 +326,7 @@ func Load(dir string, allowedDerived []string) (*Loaded, error) {
 			return nil, bad("entry %s listed twice", rel)
 		}
 		listed[rel] = true
-		b, mode, err := fsutil.ReadRegular(filepath.Join(dir, rel))
+		b, mode, err := durable.ReadRegular(filepath.Join(dir, rel))
 		if err != nil {
 			return nil, bad("%s: %v", rel, err)
 		}
@@ -446,7 +446,7 @@ func RestoreStamped(dir string, store *manifest.Store, allowedDerived []string, 
 		if _, held := l.derived[p]; held {
 			continue
 		}
-		removed, err := fsutil.Remove(p)
+		removed, err := durable.Remove(p)
 		if err != nil {
 			return res, fmt.Errorf("restore %s: %w", dir, err)
 		}

@@ -164,7 +164,7 @@ func cmdWaitfor(ts *testscript.TestScript, neg bool, args []string) {
 // time in nanoseconds and sha256. Two equal fingerprints mean no file was
 // written, created, removed or renamed. Directory mtimes are left out on
 // purpose: manifest.Open probes that the directory is writable with a
-// hidden file it removes at once (fsutil.CheckDir), which bumps the
+// hidden file it removes at once (durable.CheckDir), which bumps the
 // directory's mtime without leaving anything.
 func cmdFingerprint(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {

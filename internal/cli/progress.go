@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/engine"
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
 )
 
 // Progress is the content of <state-dir>/progress.json: what the
@@ -51,14 +51,14 @@ func (r *reporter) writeProgress(ev *engine.Event, outcome, errMsg string) {
 	if err != nil {
 		return
 	}
-	if _, err := fsutil.WriteFile(r.g.progressPath(), append(b, '\n'), 0o600); err != nil {
+	if _, err := durable.WriteFile(r.g.progressPath(), append(b, '\n'), 0o600); err != nil {
 		r.g.log.Warn("progress file not written (status cannot show progress while the journal is locked)", "path", r.g.progressPath(), "err", err)
 	}
 }
 
 // readProgress reads the progress file; nil without error when absent.
 func readProgress(path string) (*Progress, error) {
-	b, _, err := fsutil.ReadRegular(path)
+	b, _, err := durable.ReadRegular(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

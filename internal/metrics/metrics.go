@@ -3,7 +3,7 @@
 // (--collector.textfile.directory): point --metrics-file at
 // <that directory>/stratum-upgrade.prom.
 //
-// The file is replaced atomically and durably (internal/fsutil.WriteFile:
+// The file is replaced atomically and durably (internal/durable.WriteFile:
 // a hidden staging file in the same directory, fsynced, renamed over the
 // target), so the collector reads either the previous file or the new one,
 // never a partial one; the hidden staging name does not end in .prom, so
@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 )
 
 // Results are the values of the result label, in the order they are
@@ -115,7 +115,7 @@ func WriteFile(path string, u Upgrade) error {
 	if err := Encode(&b, u); err != nil {
 		return err
 	}
-	if _, err := fsutil.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	if _, err := durable.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("metrics file %s: %w", path, err)
 	}
 	return nil

@@ -42,7 +42,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/ciq/stratum-upgrade/internal/fsutil"
+	"github.com/ciq/stratum-upgrade/durable"
 )
 
 // StatusAddrFile is the file in Config.RootDir the running stand-in writes
@@ -205,7 +205,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	k.mu.Lock()
 	k.addr = ln.Addr().String()
 	k.mu.Unlock()
-	if _, err := fsutil.WriteFile(filepath.Join(k.cfg.RootDir, StatusAddrFile), []byte(k.addr+"\n"), 0o644); err != nil {
+	if _, err := durable.WriteFile(filepath.Join(k.cfg.RootDir, StatusAddrFile), []byte(k.addr+"\n"), 0o644); err != nil {
 		return fmt.Errorf("kubelet stand-in: %w", err)
 	}
 	k.log.Info("kubelet stand-in started", "manifestDir", k.cfg.ManifestDir, "node", k.cfg.NodeName, "status", k.addr,

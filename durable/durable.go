@@ -1,7 +1,12 @@
-// Package fsutil holds the one way this project writes a file it owns:
+// Package durable is the one way stratum-upgrade writes a file it owns:
 // staged under a hidden name in the target's own directory, fsynced, renamed
-// over the target, and the directory fsynced.
-package fsutil
+// over the target, and the directory fsynced. It is a leaf: it imports
+// nothing of this module, and every product package may use it.
+//
+// Every function states what holds on success, on error and after a crash.
+// Errors wrap ErrSymlink or ErrNotRegular where the path is not a regular
+// file, for errors.Is.
+package durable
 
 import (
 	"bytes"
