@@ -1,19 +1,19 @@
 package e2e
 
 import (
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
@@ -47,18 +47,18 @@ func KubeletBinary(ctx context.Context) (path string, built bool, err error) {
 	}
 	dir := filepath.Join(cache, "kubelet-"+KubeletVersion)
 	bin := filepath.Join(dir, "kubelet")
-	if ok, err := executable(bin); err != nil || ok {
+	if ok, err := build.Executable(bin); err != nil || ok {
 		return bin, false, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", false, fmt.Errorf("kubelet build cache: %w", err)
 	}
-	unlock, err := lockFile(filepath.Join(dir, "build.lock"), KubeletBuildTimeout)
+	unlock, err := build.Lock(filepath.Join(dir, "build.lock"), KubeletBuildTimeout)
 	if err != nil {
 		return "", false, err
 	}
 	defer unlock()
-	if ok, err := executable(bin); err != nil || ok { // built while we waited
+	if ok, err := build.Executable(bin); err != nil || ok { // built while we waited
 		return bin, false, err
 	}
 	root, err := etcdbuild.RepoRoot()
@@ -151,7 +151,7 @@ func BuildStatic(dir, pkg, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return fmt.Errorf("build %s: %w", pkg, err)
 	}
-	unlock, err := lockFile(out+".lock", 10*time.Minute)
+	unlock, err := build.Lock(out+".lock", 10*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -191,42 +191,6 @@ func fileDigest(path string) (string, error) {
 		return "", fmt.Errorf("digest %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func executable(path string) (bool, error) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("build cache: %w", err)
-	}
-	return fi.Mode().IsRegular() && fi.Mode()&0o111 != 0, nil
-}
-
-// lockFile takes an exclusive flock on path, waiting at most timeout. The
-// returned func releases it.
-func lockFile(path string, timeout time.Duration) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: another process held it for over %s", path, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // tailFile is the last n lines of the file at path ("" when unreadable).

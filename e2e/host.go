@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -142,7 +143,7 @@ func StartHost(ctx context.Context, o HostOptions) (*Host, error) {
 		kubeletBin:     o.Kubelet,
 		logf:           o.Logf,
 	}
-	unlock, err := lockFile(o.Root+".lock", 30*time.Minute)
+	unlock, err := build.Lock(o.Root+".lock", 30*time.Minute)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/engine"
-	"github.com/ciq/stratum-upgrade/internal/fault"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
@@ -28,31 +28,15 @@ import (
 	"github.com/ciq/stratum-upgrade/proc"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// stratumBinary builds cmd/stratum-upgrade once per test process.
+// stratumBinary builds cmd/stratum-upgrade, with the fault points compiled in, once
+// per test process.
 func stratumBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stratum-e2e-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "stratum-upgrade")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/stratum-upgrade").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	p, err := build.StratumUpgrade(true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binPath
+	return p
 }
 
 // node is a control-plane node on the Host's kubelet, driven by the real
@@ -253,7 +237,7 @@ func (n *node) run(t *testing.T, o runOpts, args ...string) runResult {
 		argv = append(argv, "--proc-scope", strconv.Itoa(os.Getpid()))
 	}
 	cmd := exec.Command(stratumBinary(t), argv...)
-	cmd.Env = append(os.Environ(), fault.EnvVar+"="+o.fault)
+	cmd.Env = append(os.Environ(), build.FaultEnv+"="+o.fault)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -9,14 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/ciq/stratum-upgrade/internal/fault"
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -31,31 +31,15 @@ import (
 // bytes but for restarted-at), no staging file, every component process
 // started after its manifest's last write, no open transaction.
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// binary builds cmd/stratum-upgrade once per test process.
+// binary builds cmd/stratum-upgrade, with the fault points compiled in, once
+// per test process.
 func binary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "stratum-crash-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "stratum-upgrade")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/stratum-upgrade").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	p, err := build.StratumUpgrade(true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binPath
+	return p
 }
 
 // crashNode is a test bed node driven by the real binary.
@@ -99,7 +83,7 @@ func (c *crashNode) args(extra ...string) []string {
 func (c *crashNode) run(want int, faultAt string, args ...string) int {
 	c.t.Helper()
 	cmd := exec.Command(binary(c.t), c.args(args...)...)
-	cmd.Env = append(os.Environ(), fault.EnvVar+"="+faultAt)
+	cmd.Env = append(os.Environ(), build.FaultEnv+"="+faultAt)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -139,22 +123,6 @@ func (c *crashNode) resumeAndCheck(want Outcome) {
 	checkConverged(c.t, c.node, j, want, c.before)
 }
 
-func upgradePoints(st *nodestate.NodeState) []string {
-	pts := []string{"after-begin", "after-snapshot", "after-etcd-backup"}
-	for _, comp := range manifest.NamesFor(st) {
-		pts = append(pts, "before-write:"+comp, "after-write:"+comp, "after-replaced:"+comp, "after-step:"+comp)
-	}
-	return append(pts, "after-apply", "before-commit", "after-commit")
-}
-
-func rollbackPoints(st *nodestate.NodeState) []string {
-	pts := []string{"after-rolling-back", "after-etcd-stop", "after-etcd-restore", "after-restore"}
-	for _, comp := range manifest.NamesFor(st) {
-		pts = append(pts, "rollback-before-write:"+comp, "rollback-after-write:"+comp, "rollback-after-replaced:"+comp, "rollback-after-step:"+comp)
-	}
-	return append(pts, "before-rolled-back")
-}
-
 func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash matrix: every step boundary, each on a fresh node")
@@ -162,10 +130,10 @@ func TestCrashMatrix(t *testing.T) {
 	probe := testbed.Options{}
 	st := mustState(t, probe)
 	t.Run("upgrade", func(t *testing.T) {
-		for _, pt := range upgradePoints(st) {
-			t.Run(pt, func(t *testing.T) {
+		for _, pt := range fault.UpgradePoints(manifest.NamesFor(st)) {
+			t.Run(string(pt), func(t *testing.T) {
 				c := newCrashNode(t, "")
-				if code := c.run(-1, pt, "run", "--to", c.release); code != -1 {
+				if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {
 					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
 				}
 				c.resumeAndCheck(Committed)
@@ -173,10 +141,10 @@ func TestCrashMatrix(t *testing.T) {
 		}
 	})
 	t.Run("rollback", func(t *testing.T) {
-		for _, pt := range rollbackPoints(st) {
-			t.Run(pt, func(t *testing.T) {
+		for _, pt := range fault.RollbackPoints(manifest.NamesFor(st)) {
+			t.Run(string(pt), func(t *testing.T) {
 				c := newCrashNode(t, nodestate.Scheduler)
-				if code := c.run(-1, pt, "run", "--to", c.release); code != -1 {
+				if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {
 					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
 				}
 				c.resumeAndCheck(RolledBack)

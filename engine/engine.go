@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/fault"
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -240,7 +240,7 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 		return Result{}, err
 	}
 	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("upgrade to %s: %s change", plan.To.KubernetesVersion, strings.Join(plan.Changed(), ", ")))
-	fault.Hit("after-begin")
+	fault.Hit(fault.AfterBegin)
 	return e.drive(ctx, &txn)
 }
 
@@ -335,7 +335,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", ")))
-	fault.Hit("after-begin")
+	fault.Hit(fault.AfterBegin)
 	return e.drive(ctx, &txn)
 }
 
@@ -402,7 +402,7 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 			return r.result("", ""), err
 		}
 		e.event(r.txn.ID, journal.PhaseRollingBack, "rollback", "", "", "rolling back: "+stepErr.Error())
-		fault.Hit("after-rolling-back")
+		fault.Hit(fault.AfterRollingBack)
 	}
 }
 
@@ -495,7 +495,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	fault.Hit("after-snapshot")
+	fault.Hit(fault.AfterSnapshot)
 	var backup []byte
 	if r.txn.Kind == journal.KindUpgrade && contains(r.txn.Changed, nodestate.Etcd) {
 		path := e.snaps.EtcdPath(r.txn.ID)
@@ -512,7 +512,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 		if backup, err = json.Marshal(b); err != nil {
 			return err
 		}
-		fault.Hit("after-etcd-backup")
+		fault.Hit(fault.AfterEtcdBackup)
 	}
 	err := e.j.Update(r.txn.ID, func(t *journal.Txn) error {
 		t.Phase, t.SnapshotDir, t.EtcdBackup = journal.PhaseSnapshotted, dir, backup
@@ -572,23 +572,23 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: stepDone, Component: comp, Note: ids}}
 		// The done record rides with the next write; a crash before it only
 		// repeats this component's (idempotent) step.
-		fault.Hit("after-step:" + comp)
+		fault.Hit(fault.AfterStep.Of(comp))
 	}
 	if err := e.append(r, journal.PhaseVerifying, pending...); err != nil {
 		return err
 	}
-	fault.Hit("after-apply")
+	fault.Hit(fault.AfterApply)
 	return nil
 }
 
 // step writes comp's target manifest and waits for kubelet to act on it.
 func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string, m proc.Mark, stamp string) error {
 	t0 := time.Now()
-	st, point := r.to, ""
+	st, at := r.to, fault.Step.Of
 	if p == journal.PhaseRollingBack {
-		st, point = r.from, "rollback-"
+		st, at = r.from, fault.Step.InRollback
 	}
-	fault.Hit(point + "before-write:" + comp)
+	fault.Hit(at(fault.BeforeWrite, comp))
 	if cur, err := e.procs.Mark(); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	} else if cur.BootID != m.BootID {
@@ -621,7 +621,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		return err
 	}
 	e.event(r.txn.ID, p, "write", comp, "", "wrote "+comp+" manifest")
-	fault.Hit(point + "after-write:" + comp)
+	fault.Hit(at(fault.AfterWrite, comp))
 	t, err := manifest.Target(st, comp)
 	if err != nil {
 		return err
@@ -630,7 +630,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
-	fault.Hit(point + "after-replaced:" + comp)
+	fault.Hit(at(fault.AfterReplaced, comp))
 	e.event(r.txn.ID, p, "wait-active", comp, comp+" to answer "+describeHealth(t), "waiting for the new "+comp+" to answer")
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
@@ -787,13 +787,13 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	if err := e.soak(ctx, r.to, roster, want); err != nil {
 		return err
 	}
-	fault.Hit("before-commit")
+	fault.Hit(fault.BeforeCommit)
 	if err := e.j.Commit(r.txn.ID, r.to, journal.Record{Phase: journal.PhaseCommitted, Step: stepVerify}); err != nil {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)
 	}
 	r.txn.Phase = journal.PhaseCommitted
 	e.event(r.txn.ID, journal.PhaseCommitted, "commit", "", "", "committed: node state is now "+r.to.KubernetesVersion)
-	fault.Hit("after-commit")
+	fault.Hit(fault.AfterCommit)
 	return nil
 }
 
@@ -857,7 +857,7 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
 		return r.result(RollbackFailed, msg), fmt.Errorf("%w: %s. %s", ErrRollbackFailed, msg, e.rollbackFailedAdvice(r))
 	}
-	fault.Hit("before-rolled-back")
+	fault.Hit(fault.BeforeRolledBack)
 	if err := e.j.Finish(r.txn.ID, journal.PhaseRolledBack, reason, nil); err != nil {
 		return r.result("", reason), fmt.Errorf("the rollback is done but could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` verifies it again and closes it", err)
 	}
@@ -1000,7 +1000,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		if len(res.Strays) > 0 {
 			e.log.Warn("snapshot holds files that were not restored", "strays", res.Strays)
 		}
-		fault.Hit("after-restore")
+		fault.Hit(fault.AfterRestore)
 		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepRestore}); err != nil {
 			return err
 		}
@@ -1033,7 +1033,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		fault.Hit("rollback-after-step:" + comp)
+		fault.Hit(fault.AfterStep.InRollback(comp))
 		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Note: ids}); err != nil {
 			return err
 		}
@@ -1097,12 +1097,12 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 	if err := e.store.Stop(ctx, r.from, nodestate.Etcd, e.dl.Stop); err != nil {
 		return err
 	}
-	fault.Hit("after-etcd-stop")
+	fault.Hit(fault.AfterEtcdStop)
 	e.event(r.txn.ID, r.txn.Phase, "etcd-restore", nodestate.Etcd, "", fmt.Sprintf("restoring etcd data from %s (revision %d); the data it replaces is kept at %s", b.Path, b.Revision, aside))
 	if err := e.etcd.Restore(ctx, r.from, &b, aside); err != nil {
 		return fmt.Errorf("%w: etcd is stopped and its data restore failed: %v", errResumable, err)
 	}
-	fault.Hit("after-etcd-restore")
+	fault.Hit(fault.AfterEtcdRestore)
 	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepEtcd, Component: nodestate.Etcd, Note: aside})
 }
 

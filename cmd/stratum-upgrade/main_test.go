@@ -19,6 +19,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/journal"
 )
 
@@ -86,6 +87,7 @@ func TestScripts(t *testing.T) {
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"su":          cmdSU,
+			"su-faults":   cmdSUFaults,
 			"envsubst":    cmdEnvsubst,
 			"waitfor":     cmdWaitfor,
 			"fingerprint": cmdFingerprint,
@@ -100,6 +102,21 @@ func TestScripts(t *testing.T) {
 // the machine is ever seen), and fails unless it exits with CODE ("killed":
 // by a signal). Later flags in ARGS override these.
 func cmdSU(ts *testscript.TestScript, neg bool, args []string) {
+	suWith(ts, neg, "stratum-upgrade", args)
+}
+
+// su-faults CODE ARGS... is su with a stratum-upgrade built with the fault
+// points compiled in (build tag stratumfault), so that STRATUM_FAULT in the
+// script's environment arms them; the product binary ignores it.
+func cmdSUFaults(ts *testscript.TestScript, neg bool, args []string) {
+	bin, err := build.StratumUpgrade(true)
+	if err != nil {
+		ts.Fatalf("%v", err)
+	}
+	suWith(ts, neg, bin, args)
+}
+
+func suWith(ts *testscript.TestScript, neg bool, bin string, args []string) {
 	if neg || len(args) < 1 {
 		ts.Fatalf("usage: su CODE args...")
 	}
@@ -108,7 +125,7 @@ func cmdSU(ts *testscript.TestScript, neg bool, args []string) {
 		"--state-dir=" + ts.MkAbs("state"),
 		"--proc-scope=self",
 	}, args[1:]...)
-	err := ts.Exec("stratum-upgrade", argv...)
+	err := ts.Exec(bin, argv...)
 	got := "0"
 	var ee *exec.ExitError
 	switch {

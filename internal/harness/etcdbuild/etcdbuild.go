@@ -10,15 +10,14 @@
 package etcdbuild
 
 import (
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -63,18 +62,6 @@ func Lookup(version string) (Build, error) {
 	return Build{}, fmt.Errorf("etcd %q: no such build (known: %s)", version, strings.Join(known, "; "))
 }
 
-// CacheDir is $STRATUM_CACHE, or $HOME/.cache/stratum-upgrade.
-func CacheDir() (string, error) {
-	if d := os.Getenv("STRATUM_CACHE"); d != "" {
-		return d, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("etcd build cache: set STRATUM_CACHE: %w", err)
-	}
-	return filepath.Join(home, ".cache", "stratum-upgrade"), nil
-}
-
 // Binary returns the path of the etcd binary for version (see Lookup),
 // building it first if the cache does not hold it. The returned file is
 // complete and executable. On error nothing is left at the returned path.
@@ -83,27 +70,27 @@ func Binary(version string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cache, err := CacheDir()
+	cache, err := build.CacheDir()
 	if err != nil {
 		return "", err
 	}
 	dir := filepath.Join(cache, "etcd-"+b.ModuleVersion)
 	bin := filepath.Join(dir, "etcd")
-	if ok, err := executable(bin); err != nil || ok {
+	if ok, err := build.Executable(bin); err != nil || ok {
 		return bin, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("etcd build cache: %w", err)
 	}
-	unlock, err := lock(filepath.Join(dir, "build.lock"), BuildTimeout)
+	unlock, err := build.Lock(filepath.Join(dir, "build.lock"), BuildTimeout)
 	if err != nil {
 		return "", err
 	}
 	defer unlock()
-	if ok, err := executable(bin); err != nil || ok { // built while we waited
+	if ok, err := build.Executable(bin); err != nil || ok { // built while we waited
 		return bin, err
 	}
-	root, err := repoRoot()
+	root, err := build.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -131,67 +118,8 @@ func Binary(version string) (string, error) {
 	return bin, nil
 }
 
-func executable(path string) (bool, error) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("etcd build cache: %w", err)
-	}
-	return fi.Mode().IsRegular() && fi.Mode()&0o111 != 0, nil
-}
+// CacheDir is build.CacheDir, kept for callers of this package.
+func CacheDir() (string, error) { return build.CacheDir() }
 
-// lock takes an exclusive flock on path, waiting at most timeout.
-func lock(path string, timeout time.Duration) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("etcd build lock: %w", err)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("etcd build lock %s: %w", path, err)
-		}
-		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("etcd build lock %s: another build held it for over %s", path, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func repoRoot() (string, error) { return RepoRoot() }
-
-// RepoRoot is the repository this package was compiled from ($STRATUM_SRC
-// when set, else found from this source file or the working directory):
-// the tool modules are built from source, so the source must be present.
-func RepoRoot() (string, error) {
-	if d := os.Getenv("STRATUM_SRC"); d != "" {
-		return d, nil
-	}
-	_, file, _, ok := runtime.Caller(0)
-	if ok {
-		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-		if _, err := os.Stat(filepath.Join(root, Builds[0].ToolDir, "go.mod")); err == nil {
-			return root, nil
-		}
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("etcd build: locate the repository: %w", err)
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, Builds[0].ToolDir, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("etcd build: no %s above %s: run from the repository or set STRATUM_SRC", Builds[0].ToolDir, wd)
-		}
-	}
-}
+// RepoRoot is build.RepoRoot.
+func RepoRoot() (string, error) { return build.RepoRoot() }

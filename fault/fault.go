@@ -1,0 +1,89 @@
+// Package fault names the crash-injection points of the engine, in one
+// place, as typed constants.
+//
+// In the product a point does nothing: Hit is an empty function the compiler
+// removes, and the release binary holds no way to arm one. A binary built
+// with the build tag stratumfault (the crash tests build one) arms the
+// points listed in the environment variable documented in hit_armed.go and
+// SIGKILLs itself on reaching one: no deferred function runs and no buffer is
+// flushed, exactly as in a kill -9 or a power loss after the last fsync.
+package fault
+
+import "slices"
+
+// Point is one place in the engine where a crash test may kill the process.
+type Point string
+
+// The points of an upgrade (and of a rollback-last, which applies like an
+// upgrade), in the order a transaction reaches them.
+const (
+	AfterBegin      Point = "after-begin"
+	AfterSnapshot   Point = "after-snapshot"
+	AfterEtcdBackup Point = "after-etcd-backup"
+	AfterApply      Point = "after-apply"
+	BeforeCommit    Point = "before-commit"
+	AfterCommit     Point = "after-commit"
+)
+
+// The points of a rollback.
+const (
+	AfterRollingBack   Point = "after-rolling-back"
+	AfterEtcdStop      Point = "after-etcd-stop"
+	AfterEtcdRestore   Point = "after-etcd-restore"
+	AfterRestore       Point = "after-restore"
+	BeforeRolledBack   Point = "before-rolled-back"
+	rollbackStepPrefix       = "rollback-"
+)
+
+// Step is a point in one component's step; Of gives its Point for a
+// component.
+type Step string
+
+// The points of a component's step: before its manifest is written, after
+// the write, after kubelet replaced the process, after the step's done
+// record was prepared (applying) or journaled (rolling back).
+const (
+	BeforeWrite   Step = "before-write"
+	AfterWrite    Step = "after-write"
+	AfterReplaced Step = "after-replaced"
+	AfterStep     Step = "after-step"
+)
+
+// Of is the point of step s for component comp in an upgrade.
+func (s Step) Of(comp string) Point { return Point(string(s) + ":" + comp) }
+
+// InRollback is the point of step s for component comp in a rollback.
+func (s Step) InRollback(comp string) Point {
+	return Point(rollbackStepPrefix + string(s) + ":" + comp)
+}
+
+// Steps is every per-component step, in the order a step reaches them.
+var Steps = []Step{BeforeWrite, AfterWrite, AfterReplaced, AfterStep}
+
+// UpgradePoints is every point of an upgrade over roster, in order.
+func UpgradePoints(roster []string) []Point {
+	pts := []Point{AfterBegin, AfterSnapshot, AfterEtcdBackup}
+	for _, comp := range roster {
+		for _, s := range Steps {
+			pts = append(pts, s.Of(comp))
+		}
+	}
+	return append(pts, AfterApply, BeforeCommit, AfterCommit)
+}
+
+// RollbackPoints is every point of a rollback over roster, in order.
+func RollbackPoints(roster []string) []Point {
+	pts := []Point{AfterRollingBack, AfterEtcdStop, AfterEtcdRestore, AfterRestore}
+	for _, comp := range roster {
+		for _, s := range Steps {
+			pts = append(pts, s.InRollback(comp))
+		}
+	}
+	return append(pts, BeforeRolledBack)
+}
+
+// Fixed is every point that names no component, for the docs.
+func Fixed() []Point {
+	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterApply, BeforeCommit, AfterCommit,
+		AfterRollingBack, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
+}
