@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -83,18 +84,18 @@ func (d Deadlines) withDefaults() Deadlines {
 // EtcdData backs up and restores the local etcd member's data. The default
 // uses the etcd client's snapshot API and etcdutl's restore library.
 type EtcdData interface {
-	Backup(ctx context.Context, st *nodestate.NodeState, path string) (*snapshot.EtcdBackup, error)
-	Restore(ctx context.Context, st *nodestate.NodeState, b *snapshot.EtcdBackup, asideDir string) error
+	Backup(ctx context.Context, st *nodestate.NodeState, path string) (*etcddata.Backup, error)
+	Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error
 }
 
 type etcdData struct{}
 
-func (etcdData) Backup(ctx context.Context, st *nodestate.NodeState, path string) (*snapshot.EtcdBackup, error) {
-	return snapshot.BackupEtcd(ctx, snapshot.EtcdEndpoint(st), path)
+func (etcdData) Backup(ctx context.Context, st *nodestate.NodeState, path string) (*etcddata.Backup, error) {
+	return etcddata.Take(ctx, etcddata.Endpoint(st), path)
 }
 
-func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *snapshot.EtcdBackup, asideDir string) error {
-	return snapshot.RestoreEtcd(ctx, st, b, asideDir)
+func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error {
+	return etcddata.Restore(ctx, st, b, asideDir)
 }
 
 // Config is what an Engine works on. Journal and Store are required.
@@ -1085,12 +1086,12 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 		e.log.Info("etcd's manifest was never rewritten: its data is not restored")
 		return nil
 	}
-	var b snapshot.EtcdBackup
+	var b etcddata.Backup
 	if err := json.Unmarshal(r.txn.EtcdBackup, &b); err != nil {
 		return fmt.Errorf("journaled etcd backup: %w", err)
 	}
 	aside := r.from.Etcd.DataDir + ".stratum-pre-rollback-" + r.txn.ID
-	if err := snapshot.CheckEtcdRestore(r.from, &b, aside); err != nil {
+	if err := etcddata.CheckRestore(r.from, &b, aside); err != nil {
 		return fmt.Errorf("etcd's data cannot be restored, so etcd was left running: %w", err)
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-stop", nodestate.Etcd, "etcd to exit", "stopping etcd to restore its data")

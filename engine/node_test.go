@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
-	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
 // fixture is a running node (kubelet stand-in, real etcd, component
@@ -446,7 +446,7 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 		if got := getKey(t, f.node, "before"); got != "1" {
 			t.Fatalf("key written before the upgrade: %q", got)
 		}
-		var b snapshot.EtcdBackup
+		var b etcddata.Backup
 		if err := jsonUnmarshal(txn.EtcdBackup, &b); err != nil || b.Size == 0 {
 			t.Fatalf("etcd backup not journaled: %s %v", txn.EtcdBackup, err)
 		}

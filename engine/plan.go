@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/durable"
+	"github.com/ciq/stratum-upgrade/etcddata"
 
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -77,7 +78,7 @@ func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (
 		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
 	}
 	if contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
-		if err := snapshot.CheckEtcdDataDir(st); err != nil {
+		if err := etcddata.CheckDataDir(st); err != nil {
 			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
 		}
 	}

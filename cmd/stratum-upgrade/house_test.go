@@ -14,7 +14,7 @@ const module = "github.com/ciq/stratum-upgrade"
 
 // productPackages are the library's packages: none may reach into
 // internal/, so that arrows point down only (cmd -> cli -> engine -> ...).
-var productPackages = []string{"nodestate", "manifest", "proc", "snapshot", "journal", "engine", "durable", "fault"}
+var productPackages = []string{"nodestate", "manifest", "proc", "snapshot", "etcddata", "journal", "engine", "durable", "fault"}
 
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()

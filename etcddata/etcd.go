@@ -1,9 +1,9 @@
-package snapshot
-
-// etcd data backups: a consistent snapshot of the local etcd member taken
-// through the client's snapshot API before an upgrade changes etcd's image,
-// and its restore into the member's data directory when a rollback needs it
-// (single-member clusters only).
+// Package etcddata backs up and restores the local etcd member's data: a
+// consistent snapshot taken through the client's snapshot API before an
+// upgrade changes etcd's image, and its restore into the member's data
+// directory when a rollback needs it (single-member clusters only). The HA
+// work adds membership here.
+package etcddata
 
 import (
 	"context"
@@ -35,9 +35,9 @@ import (
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
-// EtcdBackup describes one etcd data snapshot file. It is JSON-encodable:
-// the upgrade engine journals it and hands it back to RestoreEtcd.
-type EtcdBackup struct {
+// Backup describes one etcd data snapshot file. It is JSON-encodable:
+// the upgrade engine journals it and hands it back to Restore.
+type Backup struct {
 	// Path is the snapshot file: etcd's bbolt database followed by the
 	// sha256 of the database that etcd's snapshot stream appends.
 	Path string `json:"path"`
@@ -60,8 +60,8 @@ type EtcdBackup struct {
 	Taken   time.Time `json:"taken"`
 }
 
-// EtcdClientConfig is how to reach one etcd member.
-type EtcdClientConfig struct {
+// ClientConfig is how to reach one etcd member.
+type ClientConfig struct {
 	// Endpoint is the member's client URL. An https URL is dialled with
 	// TLS, verified against CAFile, presenting CertFile/KeyFile.
 	Endpoint string
@@ -70,13 +70,13 @@ type EtcdClientConfig struct {
 	KeyFile  string
 	// DialTimeout bounds reaching the member and its first answers (the
 	// status and member list read before the snapshot); zero means
-	// DefaultEtcdDialTimeout. The snapshot stream itself is bounded only by
+	// DefaultDialTimeout. The snapshot stream itself is bounded only by
 	// the caller's context.
 	DialTimeout time.Duration
 }
 
-// DefaultEtcdDialTimeout is the DialTimeout EtcdEndpoint sets.
-const DefaultEtcdDialTimeout = 5 * time.Second
+// DefaultDialTimeout is the DialTimeout Endpoint sets.
+const DefaultDialTimeout = 5 * time.Second
 
 // etcdInitialClusterToken is the --initial-cluster-token a restore
 // bootstraps with. manifest's rendered etcd pod sets none, so etcd used its
@@ -87,12 +87,16 @@ const etcdInitialClusterToken = "etcd-cluster"
 // the data directory.
 const etcdRestoreSuffix = ".stratum-restore"
 
-// ErrMultiMember is returned (wrapped in an explanation) by RestoreEtcd
+// ErrMultiMember is returned (wrapped in an explanation) by Restore
 // when the cluster has, or had when the backup was taken, more than one
 // member: restoring one member's snapshot is refused.
+// ErrInvalid wraps every reason a backup is refused: damaged, truncated,
+// or not the file its record describes.
+var ErrInvalid = errors.New("invalid etcd backup")
+
 var ErrMultiMember = errors.New("etcd restore refused: multi-member cluster")
 
-// EtcdEndpoint is how to reach the local member described by st: its
+// Endpoint is how to reach the local member described by st: its
 // loopback client listener, https://127.0.0.1:<ports.etcdClient> (or
 // [::1] for an IPv6 advertise address, as manifest renders
 // --listen-client-urls), with the etcd CA <pkiDir>/etcd/ca.crt and the
@@ -100,24 +104,24 @@ var ErrMultiMember = errors.New("etcd restore refused: multi-member cluster")
 // pair kubeadm's own etcd client uses (kubeadm upgrade, member add/remove)
 // and kubeadm documents for etcdctl on the node; it is signed by the etcd
 // CA, which is all etcd's --client-cert-auth asks for.
-func EtcdEndpoint(st *nodestate.NodeState) EtcdClientConfig {
+func Endpoint(st *nodestate.NodeState) ClientConfig {
 	host := "127.0.0.1"
 	if ip := net.ParseIP(st.AdvertiseAddress); ip != nil && ip.To4() == nil {
 		host = "::1"
 	}
 	etcdPKI := filepath.Join(st.PKIDir, "etcd")
-	return EtcdClientConfig{
+	return ClientConfig{
 		Endpoint:    "https://" + net.JoinHostPort(host, strconv.Itoa(st.Ports.EtcdClient)),
 		CAFile:      filepath.Join(etcdPKI, "ca.crt"),
 		CertFile:    filepath.Join(etcdPKI, "healthcheck-client.crt"),
 		KeyFile:     filepath.Join(etcdPKI, "healthcheck-client.key"),
-		DialTimeout: DefaultEtcdDialTimeout,
+		DialTimeout: DefaultDialTimeout,
 	}
 }
 
 // tlsConfig is the client TLS configuration for an https endpoint, nil for
 // an http one.
-func (c EtcdClientConfig) tlsConfig() (*tls.Config, error) {
+func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return nil, fmt.Errorf("endpoint %q is not an http(s)://host:port URL", c.Endpoint)
@@ -147,7 +151,7 @@ func (c EtcdClientConfig) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// BackupEtcd takes a consistent point-in-time snapshot of the one member at
+// Take takes a consistent point-in-time snapshot of the one member at
 // cfg.Endpoint through etcd's Maintenance.Snapshot API and stores it at
 // path.
 //
@@ -165,7 +169,7 @@ func (c EtcdClientConfig) tlsConfig() (*tls.Config, error) {
 //
 // ctx bounds the whole backup; cfg.DialTimeout bounds reaching the member.
 // Errors name the endpoint and say what to check.
-func BackupEtcd(ctx context.Context, cfg EtcdClientConfig, path string) (*EtcdBackup, error) {
+func Take(ctx context.Context, cfg ClientConfig, path string) (*Backup, error) {
 	path = filepath.Clean(path)
 	fail := func(err error) error {
 		return fmt.Errorf("etcd backup of %s to %s: %w", cfg.Endpoint, path, err)
@@ -176,7 +180,7 @@ func BackupEtcd(ctx context.Context, cfg EtcdClientConfig, path string) (*EtcdBa
 	}
 	dialTimeout := cfg.DialTimeout
 	if dialTimeout <= 0 {
-		dialTimeout = DefaultEtcdDialTimeout
+		dialTimeout = DefaultDialTimeout
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{cfg.Endpoint},
@@ -255,7 +259,7 @@ func BackupEtcd(ctx context.Context, cfg EtcdClientConfig, path string) (*EtcdBa
 
 // etcdMemberInfo reads the member's status and the member list, each
 // bounded by dialTimeout within ctx.
-func etcdMemberInfo(ctx context.Context, cli *clientv3.Client, cfg EtcdClientConfig, dialTimeout time.Duration) (*EtcdBackup, error) {
+func etcdMemberInfo(ctx context.Context, cli *clientv3.Client, cfg ClientConfig, dialTimeout time.Duration) (*Backup, error) {
 	unreachable := func(what string, err error) error {
 		return fmt.Errorf("%s: %w (check that etcd is running and listening on %s, and that client certificate %s and CA %s belong to its --trusted-ca-file)",
 			what, err, cfg.Endpoint, cfg.CertFile, cfg.CAFile)
@@ -270,7 +274,7 @@ func etcdMemberInfo(ctx context.Context, cli *clientv3.Client, cfg EtcdClientCon
 	if err != nil {
 		return nil, unreachable("member list", err)
 	}
-	b := &EtcdBackup{
+	b := &Backup{
 		Revision: status.Header.Revision,
 		MemberID: fmt.Sprintf("%x", status.Header.MemberId),
 		Members:  len(members.Members),
@@ -319,11 +323,11 @@ func hashEtcdSnapshot(path string) (int64, string, error) {
 	return size, hex.EncodeToString(whole.Sum(nil)), nil
 }
 
-// VerifyEtcdBackup re-reads the file at b.Path and checks that it is a
+// Verify re-reads the file at b.Path and checks that it is a
 // regular file with b's size and sha256 and that etcd's own sha256 trailer
 // matches the database. Every mismatch wraps ErrInvalid. It changes
 // nothing.
-func VerifyEtcdBackup(b *EtcdBackup) error {
+func Verify(b *Backup) error {
 	if b == nil || b.Path == "" {
 		return fmt.Errorf("%w: no etcd backup given", ErrInvalid)
 	}
@@ -347,7 +351,7 @@ func VerifyEtcdBackup(b *EtcdBackup) error {
 	return nil
 }
 
-// RestoreEtcd makes st.Etcd.DataDir hold the data of backup b, with the
+// Restore makes st.Etcd.DataDir hold the data of backup b, with the
 // membership rebuilt from st (member st.Etcd.MemberName, st.Etcd.InitialCluster,
 // token "etcd-cluster", etcd's default, which the rendered pod keeps). The
 // caller has already stopped etcd.
@@ -361,7 +365,7 @@ func VerifyEtcdBackup(b *EtcdBackup) error {
 // arguments:
 //
 //   - data dir present, asideDir absent: the backup is verified
-//     (VerifyEtcdBackup), "<dataDir>.stratum-restore" is removed if a
+//     (Verify), "<dataDir>.stratum-restore" is removed if a
 //     previous attempt left it, and etcdutl's restore writes the backup
 //     there (hash check on); every file and directory of it is fsynced and
 //     it gets the data dir's mode and owner. Then the data dir is renamed
@@ -381,7 +385,7 @@ func VerifyEtcdBackup(b *EtcdBackup) error {
 // itself runs to completion. The data dir must be a real directory, not a
 // symlink or a mount point (rename cannot move those); such a data dir is
 // refused before anything changes.
-func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, asideDir string) error {
+func Restore(ctx context.Context, st *nodestate.NodeState, b *Backup, asideDir string) error {
 	dataDir := filepath.Clean(st.Etcd.DataDir)
 	staging := dataDir + etcdRestoreSuffix
 	fail := func(err error) error { return fmt.Errorf("etcd restore into %s: %w", dataDir, err) }
@@ -447,7 +451,7 @@ func RestoreEtcd(ctx context.Context, st *nodestate.NodeState, b *EtcdBackup, as
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	if err := VerifyEtcdBackup(b); err != nil {
+	if err := Verify(b); err != nil {
 		return fail(err)
 	}
 	if staged {
@@ -493,7 +497,7 @@ func etcdRestoreStep(step string) {
 
 // checkSingleMember refuses, wrapping ErrMultiMember, a restore for a
 // cluster that is or was multi-member.
-func checkSingleMember(st *nodestate.NodeState, b *EtcdBackup) error {
+func checkSingleMember(st *nodestate.NodeState, b *Backup) error {
 	if st.SingleMember() && b.Members == 1 {
 		return nil
 	}
@@ -522,17 +526,17 @@ func orUnknown(s string) string {
 	return s
 }
 
-// EtcdRevisionBump is how far a restore moves etcd's revision past the
+// RevisionBump is how far a restore moves etcd's revision past the
 // backup's: more revisions than a cluster writes between a pre-upgrade
 // backup and its rollback, as etcd's disaster recovery guide suggests.
-const EtcdRevisionBump = 1_000_000_000
+const RevisionBump = 1_000_000_000
 
-// CheckEtcdDataDir reports whether st's etcd data dir can be restored by
-// RestoreEtcd should a rollback need it: it must be a real directory (not a
+// CheckDataDir reports whether st's etcd data dir can be restored by
+// Restore should a rollback need it: it must be a real directory (not a
 // symlink, not a mount point: the restore swaps directories by rename), or
 // not exist yet. It changes nothing. Call it before an upgrade that changes
 // etcd, so that a rollback is not found impossible halfway.
-func CheckEtcdDataDir(st *nodestate.NodeState) error {
+func CheckDataDir(st *nodestate.NodeState) error {
 	dataDir := filepath.Clean(st.Etcd.DataDir)
 	live, err := dirState(dataDir)
 	if err != nil {
@@ -547,12 +551,12 @@ func CheckEtcdDataDir(st *nodestate.NodeState) error {
 	return nil
 }
 
-// CheckEtcdRestore reports, changing nothing, whether RestoreEtcd(ctx, st,
+// CheckRestore reports, changing nothing, whether Restore(ctx, st,
 // b, asideDir) can restore: the cluster is a single member, the backup is
-// intact (VerifyEtcdBackup), and the directories are in a state the restore
+// intact (Verify), and the directories are in a state the restore
 // starts from or resumes. The engine calls it before it stops etcd, so a
 // restore that cannot happen does not take etcd down first.
-func CheckEtcdRestore(st *nodestate.NodeState, b *EtcdBackup, asideDir string) error {
+func CheckRestore(st *nodestate.NodeState, b *Backup, asideDir string) error {
 	if b == nil {
 		return fmt.Errorf("%w: no etcd backup given", ErrInvalid)
 	}
@@ -569,7 +573,7 @@ func CheckEtcdRestore(st *nodestate.NodeState, b *EtcdBackup, asideDir string) e
 		return err
 	}
 	if aside {
-		return nil // an interrupted or finished restore: RestoreEtcd resumes it
+		return nil // an interrupted or finished restore: Restore resumes it
 	}
 	if !live {
 		return fmt.Errorf("the etcd data dir %s does not exist: there is no etcd data to roll back; check etcd.dataDir in the node state", dataDir)
@@ -577,12 +581,12 @@ func CheckEtcdRestore(st *nodestate.NodeState, b *EtcdBackup, asideDir string) e
 	if err := checkMovable(dataDir); err != nil {
 		return err
 	}
-	return VerifyEtcdBackup(b)
+	return Verify(b)
 }
 
 // restoreStaging runs etcdutl's restore of b into staging, then makes the
 // result durable and gives it dataDir's mode and owner.
-func restoreStaging(st *nodestate.NodeState, b *EtcdBackup, dataDir, staging string) error {
+func restoreStaging(st *nodestate.NodeState, b *Backup, dataDir, staging string) error {
 	peerURLs := memberPeerURLs(st.Etcd.InitialCluster, st.Etcd.MemberName)
 	if len(peerURLs) == 0 {
 		return fmt.Errorf("initialCluster %q does not list member %q", st.Etcd.InitialCluster, st.Etcd.MemberName)
@@ -600,7 +604,7 @@ func restoreStaging(st *nodestate.NodeState, b *EtcdBackup, dataDir, staging str
 		// would reuse those revision numbers and watchers would miss them;
 		// marking the bumped revision compacted makes every watcher relist
 		// (etcd's and Kubernetes' restore guides).
-		RevisionBump:  EtcdRevisionBump,
+		RevisionBump:  RevisionBump,
 		MarkCompacted: true,
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package snapshot
+package etcddata
 
 import (
 	"bytes"
@@ -150,7 +150,7 @@ func (p *etcdProc) logTail() string {
 
 func (p *etcdProc) waitReady(st *nodestate.NodeState) {
 	p.t.Helper()
-	cfg := EtcdEndpoint(st)
+	cfg := Endpoint(st)
 	deadline := time.Now().Add(60 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
@@ -194,7 +194,7 @@ func (p *etcdProc) kill() {
 	}
 }
 
-func etcdTestClient(t testing.TB, cfg EtcdClientConfig) *clientv3.Client {
+func etcdTestClient(t testing.TB, cfg ClientConfig) *clientv3.Client {
 	t.Helper()
 	tlsCfg, err := cfg.tlsConfig()
 	if err != nil {
@@ -264,15 +264,15 @@ func wantSnapshotted() map[string]string {
 
 // assertRestoredKeys starts bin on st's data dir and checks that exactly
 // the snapshotted keys k1..k10 are there with their values.
-func assertRestoredKeys(t *testing.T, bin, minor string, st *nodestate.NodeState, b *EtcdBackup) {
+func assertRestoredKeys(t *testing.T, bin, minor string, st *nodestate.NodeState, b *Backup) {
 	t.Helper()
 	p := startEtcd(t, bin, st)
-	cli := etcdTestClient(t, EtcdEndpoint(st))
+	cli := etcdTestClient(t, Endpoint(st))
 	defer cli.Close()
 	if got, want := etcdKeys(t, cli), wantSnapshotted(); !reflect.DeepEqual(got, want) {
 		t.Errorf("after restore etcd holds %v, want exactly %v", got, want)
 	}
-	status, err := cli.Status(etcdCtx(t), EtcdEndpoint(st).Endpoint)
+	status, err := cli.Status(etcdCtx(t), Endpoint(st).Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,14 +391,14 @@ func TestEtcdBackupRestoreRoundTrip(t *testing.T) {
 				upBin = etcdBinary(t, tc.upgradeTo)
 			}
 			st := etcdNodeState(t)
-			cfg := EtcdEndpoint(st)
+			cfg := Endpoint(st)
 			p := startEtcd(t, bin, st)
 			cli := etcdTestClient(t, cfg)
 			rev := putKeys(t, cli, 1, 10)
 
 			path := filepath.Join(t.TempDir(), "backups", "txn1.etcd.db")
 			os.MkdirAll(filepath.Dir(path), 0o700)
-			b, err := BackupEtcd(etcdCtx(t), cfg, path)
+			b, err := Take(etcdCtx(t), cfg, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -420,7 +420,7 @@ func TestEtcdBackupRestoreRoundTrip(t *testing.T) {
 			if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*")); len(left) > 0 {
 				t.Errorf("temporary files left beside the backup: %v", left)
 			}
-			if err := VerifyEtcdBackup(b); err != nil {
+			if err := Verify(b); err != nil {
 				t.Fatal(err)
 			}
 			// The journal stores the record as JSON; what comes back must restore.
@@ -428,7 +428,7 @@ func TestEtcdBackupRestoreRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var journaled EtcdBackup
+			var journaled Backup
 			if err := json.Unmarshal(raw, &journaled); err != nil {
 				t.Fatal(err)
 			}
@@ -453,7 +453,7 @@ func TestEtcdBackupRestoreRoundTrip(t *testing.T) {
 			p.stop()
 
 			aside := st.Etcd.DataDir + ".stratum-pre-rollback-txn1"
-			if err := RestoreEtcd(etcdCtx(t), st, &journaled, aside); err != nil {
+			if err := Restore(etcdCtx(t), st, &journaled, aside); err != nil {
 				t.Fatal(err)
 			}
 			if fi, err := os.Stat(st.Etcd.DataDir); err != nil {
@@ -466,7 +466,7 @@ func TestEtcdBackupRestoreRoundTrip(t *testing.T) {
 			}
 			// A second call (the engine resuming after a crash) does nothing.
 			before := tree(t, filepath.Dir(st.Etcd.DataDir))
-			if err := RestoreEtcd(etcdCtx(t), st, &journaled, aside); err != nil {
+			if err := Restore(etcdCtx(t), st, &journaled, aside); err != nil {
 				t.Fatalf("second restore: %v", err)
 			}
 			if after := tree(t, filepath.Dir(st.Etcd.DataDir)); !reflect.DeepEqual(before, after) {
@@ -484,7 +484,7 @@ func TestEtcdBackupRestoreRoundTrip(t *testing.T) {
 type etcdFixture struct {
 	bin     string
 	st      *nodestate.NodeState
-	backup  *EtcdBackup
+	backup  *Backup
 	dataDir string
 }
 
@@ -493,10 +493,10 @@ func newEtcdFixture(t *testing.T) *etcdFixture {
 	bin := etcdBinary(t, "3.6")
 	st := etcdNodeState(t)
 	p := startEtcd(t, bin, st)
-	cli := etcdTestClient(t, EtcdEndpoint(st))
+	cli := etcdTestClient(t, Endpoint(st))
 	defer cli.Close()
 	putKeys(t, cli, 1, 10)
-	b, err := BackupEtcd(etcdCtx(t), EtcdEndpoint(st), filepath.Join(t.TempDir(), "fixture.etcd.db"))
+	b, err := Take(etcdCtx(t), Endpoint(st), filepath.Join(t.TempDir(), "fixture.etcd.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +506,7 @@ func newEtcdFixture(t *testing.T) *etcdFixture {
 }
 
 // clone gives a subtest its own copy of the live data dir and the backup.
-func (f *etcdFixture) clone(t *testing.T) (*nodestate.NodeState, *EtcdBackup) {
+func (f *etcdFixture) clone(t *testing.T) (*nodestate.NodeState, *Backup) {
 	t.Helper()
 	st := f.st.Clone()
 	st.Etcd.DataDir = filepath.Join(t.TempDir(), "var", "lib", "etcd")
@@ -524,8 +524,8 @@ func (f *etcdFixture) clone(t *testing.T) (*nodestate.NodeState, *EtcdBackup) {
 }
 
 // TestEtcdBackupIntegrity: a backup file that was truncated, extended or
-// modified after it was taken is refused by VerifyEtcdBackup and by
-// RestoreEtcd, and the refused restore leaves the data dir untouched.
+// modified after it was taken is refused by Verify and by
+// Restore, and the refused restore leaves the data dir untouched.
 func TestEtcdBackupIntegrity(t *testing.T) {
 	f := newEtcdFixture(t)
 	withTrailer := func(db []byte) []byte {
@@ -534,69 +534,69 @@ func TestEtcdBackupIntegrity(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		damage func(t *testing.T, b *EtcdBackup)
+		damage func(t *testing.T, b *Backup)
 	}{
-		{"truncated", func(t *testing.T, b *EtcdBackup) {
+		{"truncated", func(t *testing.T, b *Backup) {
 			os.Truncate(b.Path, b.Size-4096)
 		}},
-		{"cut to a sector boundary", func(t *testing.T, b *EtcdBackup) {
+		{"cut to a sector boundary", func(t *testing.T, b *Backup) {
 			os.Truncate(b.Path, b.Size-sha256.Size) // the trailer is gone
 		}},
-		{"byte flipped in the database", func(t *testing.T, b *EtcdBackup) {
+		{"byte flipped in the database", func(t *testing.T, b *Backup) {
 			raw, _ := os.ReadFile(b.Path)
 			raw[len(raw)/2] ^= 0xff
 			os.WriteFile(b.Path, raw, 0o600)
 		}},
-		{"database modified and etcd's trailer recomputed", func(t *testing.T, b *EtcdBackup) {
+		{"database modified and etcd's trailer recomputed", func(t *testing.T, b *Backup) {
 			raw, _ := os.ReadFile(b.Path)
 			db := raw[:len(raw)-sha256.Size]
 			db[len(db)/2] ^= 0xff
 			os.WriteFile(b.Path, withTrailer(db), 0o600)
 		}},
-		{"trailer corrupt, record made from the corrupt file", func(t *testing.T, b *EtcdBackup) {
+		{"trailer corrupt, record made from the corrupt file", func(t *testing.T, b *Backup) {
 			raw, _ := os.ReadFile(b.Path)
 			raw[len(raw)-1] ^= 0xff
 			os.WriteFile(b.Path, raw, 0o600)
 			sum := sha256.Sum256(raw)
 			b.SHA256 = hex.EncodeToString(sum[:])
 		}},
-		{"bytes appended", func(t *testing.T, b *EtcdBackup) {
+		{"bytes appended", func(t *testing.T, b *Backup) {
 			fh, _ := os.OpenFile(b.Path, os.O_WRONLY|os.O_APPEND, 0)
 			fh.Write(make([]byte, 512))
 			fh.Close()
 		}},
-		{"replaced by a symlink", func(t *testing.T, b *EtcdBackup) {
+		{"replaced by a symlink", func(t *testing.T, b *Backup) {
 			real := b.Path + ".real"
 			os.Rename(b.Path, real)
 			os.Symlink(real, b.Path)
 		}},
-		{"missing", func(t *testing.T, b *EtcdBackup) {
+		{"missing", func(t *testing.T, b *Backup) {
 			os.Remove(b.Path)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := f.clone(t)
-			if err := VerifyEtcdBackup(b); err != nil {
+			if err := Verify(b); err != nil {
 				t.Fatalf("undamaged copy: %v", err)
 			}
 			tc.damage(t, b)
-			err := VerifyEtcdBackup(b)
+			err := Verify(b)
 			if err == nil {
-				t.Fatal("VerifyEtcdBackup accepted a damaged backup")
+				t.Fatal("Verify accepted a damaged backup")
 			}
 			if tc.name != "missing" && !errors.Is(err, ErrInvalid) {
-				t.Errorf("VerifyEtcdBackup: %v does not wrap ErrInvalid", err)
+				t.Errorf("Verify: %v does not wrap ErrInvalid", err)
 			}
 			t.Logf("verify: %v", err)
 			parent := filepath.Dir(st.Etcd.DataDir)
 			before := tree(t, parent)
 			aside := st.Etcd.DataDir + ".aside"
-			err = RestoreEtcd(etcdCtx(t), st, b, aside)
+			err = Restore(etcdCtx(t), st, b, aside)
 			if err == nil {
-				t.Fatal("RestoreEtcd restored a damaged backup")
+				t.Fatal("Restore restored a damaged backup")
 			}
 			if tc.name != "missing" && !errors.Is(err, ErrInvalid) {
-				t.Errorf("RestoreEtcd: %v does not wrap ErrInvalid", err)
+				t.Errorf("Restore: %v does not wrap ErrInvalid", err)
 			}
 			if after := tree(t, parent); !reflect.DeepEqual(before, after) {
 				t.Errorf("refused restore changed %s", parent)
@@ -615,7 +615,7 @@ func TestEtcdBackupIntegrity(t *testing.T) {
 		if err := os.Chmod(st.Etcd.DataDir, 0o750); err != nil {
 			t.Fatal(err)
 		}
-		if err := RestoreEtcd(etcdCtx(t), st, b, st.Etcd.DataDir+".aside"); err != nil {
+		if err := Restore(etcdCtx(t), st, b, st.Etcd.DataDir+".aside"); err != nil {
 			t.Fatal(err)
 		}
 		if fi, err := os.Stat(st.Etcd.DataDir); err != nil {
@@ -657,17 +657,17 @@ func TestEtcdRestoreRefusesMultiMember(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		st   *nodestate.NodeState
-		b    EtcdBackup
+		b    Backup
 	}{
-		{"two members in the node state", two, EtcdBackup{Path: backup, Members: 2, MemberID: "8e9e05c52164694d", MemberIDs: []string{"8e9e05c52164694d", "91bc3c398fb3c146"}}},
-		{"two members in the state, backup says one", two, EtcdBackup{Path: backup, Members: 1, MemberID: "8e9e05c52164694d"}},
-		{"single-member state, backup from a three-member cluster", st, EtcdBackup{Path: backup, Members: 3, MemberID: "a", MemberIDs: []string{"a", "b", "c"}}},
-		{"backup without a member count", st, EtcdBackup{Path: backup}},
+		{"two members in the node state", two, Backup{Path: backup, Members: 2, MemberID: "8e9e05c52164694d", MemberIDs: []string{"8e9e05c52164694d", "91bc3c398fb3c146"}}},
+		{"two members in the state, backup says one", two, Backup{Path: backup, Members: 1, MemberID: "8e9e05c52164694d"}},
+		{"single-member state, backup from a three-member cluster", st, Backup{Path: backup, Members: 3, MemberID: "a", MemberIDs: []string{"a", "b", "c"}}},
+		{"backup without a member count", st, Backup{Path: backup}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := filepath.Dir(st.Etcd.DataDir)
 			before := tree(t, parent, backup)
-			err := RestoreEtcd(etcdCtx(t), tc.st, &tc.b, st.Etcd.DataDir+".aside")
+			err := Restore(etcdCtx(t), tc.st, &tc.b, st.Etcd.DataDir+".aside")
 			if !errors.Is(err, ErrMultiMember) {
 				t.Fatalf("got %v, want ErrMultiMember", err)
 			}
@@ -686,25 +686,25 @@ func TestEtcdRestoreRefusesMultiMember(t *testing.T) {
 
 // TestEtcdRestoreConvergesAfterCrash: a restore SIGKILLed at each durable
 // intermediate state, or interrupted during etcdutl's restore (a partial
-// staging dir), is finished by a second RestoreEtcd call, and etcd started
+// staging dir), is finished by a second Restore call, and etcd started
 // on the result holds exactly the snapshotted keys.
 func TestEtcdRestoreConvergesAfterCrash(t *testing.T) {
 	f := newEtcdFixture(t)
 	for _, tc := range []struct {
 		name  string
-		crash func(t *testing.T, st *nodestate.NodeState, b *EtcdBackup, aside string)
+		crash func(t *testing.T, st *nodestate.NodeState, b *Backup, aside string)
 		// live, aside, staging: the directory state the crash left
 		want [3]bool
 	}{
-		{"partial staging dir left by an earlier attempt", func(t *testing.T, st *nodestate.NodeState, b *EtcdBackup, aside string) {
+		{"partial staging dir left by an earlier attempt", func(t *testing.T, st *nodestate.NodeState, b *Backup, aside string) {
 			staging := st.Etcd.DataDir + etcdRestoreSuffix
 			os.MkdirAll(filepath.Join(staging, "member", "snap"), 0o700)
 			os.WriteFile(filepath.Join(staging, "member", "snap", "db"), []byte("half a database"), 0o600)
 		}, [3]bool{true, false, true}},
-		{"killed with staging complete, data dir not moved", func(t *testing.T, st *nodestate.NodeState, b *EtcdBackup, aside string) {
+		{"killed with staging complete, data dir not moved", func(t *testing.T, st *nodestate.NodeState, b *Backup, aside string) {
 			crashRestoreChild(t, st, b, aside, "staged")
 		}, [3]bool{true, false, true}},
-		{"killed with the data dir moved aside, staging not renamed", func(t *testing.T, st *nodestate.NodeState, b *EtcdBackup, aside string) {
+		{"killed with the data dir moved aside, staging not renamed", func(t *testing.T, st *nodestate.NodeState, b *Backup, aside string) {
 			crashRestoreChild(t, st, b, aside, "aside")
 		}, [3]bool{false, true, true}},
 	} {
@@ -717,7 +717,7 @@ func TestEtcdRestoreConvergesAfterCrash(t *testing.T) {
 			if got := [3]bool{exists(t, st.Etcd.DataDir), exists(t, aside), exists(t, staging)}; got != tc.want {
 				t.Fatalf("state after the crash (live, aside, staging) = %v, want %v", got, tc.want)
 			}
-			if err := RestoreEtcd(etcdCtx(t), st, b, aside); err != nil {
+			if err := Restore(etcdCtx(t), st, b, aside); err != nil {
 				t.Fatalf("resumed restore: %v", err)
 			}
 			if got := [3]bool{exists(t, st.Etcd.DataDir), exists(t, aside), exists(t, staging)}; got != [3]bool{true, true, false} {
@@ -741,7 +741,7 @@ func TestEtcdRestoreConvergesAfterCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := tree(t, filepath.Dir(st.Etcd.DataDir))
-		err := RestoreEtcd(etcdCtx(t), st, b, aside)
+		err := Restore(etcdCtx(t), st, b, aside)
 		if err == nil || !strings.Contains(err.Error(), "rename "+aside+" back") {
 			t.Fatalf("got %v, want a refusal that says to rename the aside dir back", err)
 		}
@@ -751,9 +751,9 @@ func TestEtcdRestoreConvergesAfterCrash(t *testing.T) {
 	})
 }
 
-// crashRestoreChild runs RestoreEtcd in a child process (this test binary)
+// crashRestoreChild runs Restore in a child process (this test binary)
 // that SIGKILLs itself when the restore reaches step.
-func crashRestoreChild(t *testing.T, st *nodestate.NodeState, b *EtcdBackup, aside, step string) {
+func crashRestoreChild(t *testing.T, st *nodestate.NodeState, b *Backup, aside, step string) {
 	t.Helper()
 	args, err := json.Marshal(crashArgs{State: st, Backup: b, Aside: aside, Step: step})
 	if err != nil {
@@ -788,7 +788,7 @@ func crashRestoreChild(t *testing.T, st *nodestate.NodeState, b *EtcdBackup, asi
 
 type crashArgs struct {
 	State  *nodestate.NodeState
-	Backup *EtcdBackup
+	Backup *Backup
 	Aside  string
 	Step   string
 }
@@ -814,7 +814,7 @@ func TestEtcdRestoreCrashChild(t *testing.T) {
 			select {} // the signal is on its way
 		}
 	}
-	err = RestoreEtcd(context.Background(), a.State, a.Backup, a.Aside)
+	err = Restore(context.Background(), a.State, a.Backup, a.Aside)
 	t.Fatalf("restore returned (%v) without reaching step %q", err, a.Step)
 }
 
@@ -847,7 +847,7 @@ func TestEtcdBackupUnreachable(t *testing.T) {
 		{"listener that never answers", "https://" + silent.Addr().String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := EtcdEndpoint(st)
+			cfg := Endpoint(st)
 			cfg.Endpoint = tc.endpoint
 			cfg.DialTimeout = time.Minute // the context's deadline is the shorter bound
 			dir := t.TempDir()
@@ -860,13 +860,13 @@ func TestEtcdBackupUnreachable(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				_, err := BackupEtcd(ctx, cfg, path)
+				_, err := Take(ctx, cfg, path)
 				done <- err
 			}()
 			select {
 			case err = <-done:
 			case <-time.After(deadline + 20*time.Second):
-				t.Fatalf("BackupEtcd against %s still running 20s after its %v deadline", tc.endpoint, deadline)
+				t.Fatalf("Take against %s still running 20s after its %v deadline", tc.endpoint, deadline)
 			}
 			if err == nil {
 				t.Fatal("backup succeeded against an unreachable endpoint")
@@ -892,29 +892,29 @@ func TestEtcdBackupReplacesExisting(t *testing.T) {
 	bin := etcdBinary(t, "3.6")
 	st := etcdNodeState(t)
 	startEtcd(t, bin, st)
-	cli := etcdTestClient(t, EtcdEndpoint(st))
+	cli := etcdTestClient(t, Endpoint(st))
 	defer cli.Close()
 	putKeys(t, cli, 1, 3)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "txn.etcd.db")
-	first, err := BackupEtcd(etcdCtx(t), EtcdEndpoint(st), path)
+	first, err := Take(etcdCtx(t), Endpoint(st), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stale := filepath.Join(dir, ".txn.etcd.db.tmp-123")
 	os.WriteFile(stale, []byte("killed mid-stream"), 0o600)
 	rev := putKeys(t, cli, 4, 5)
-	second, err := BackupEtcd(etcdCtx(t), EtcdEndpoint(st), path)
+	second, err := Take(etcdCtx(t), Endpoint(st), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if second.Revision != rev || second.Revision <= first.Revision {
 		t.Errorf("second backup revision %d, want %d (first %d)", second.Revision, rev, first.Revision)
 	}
-	if err := VerifyEtcdBackup(second); err != nil {
+	if err := Verify(second); err != nil {
 		t.Fatal(err)
 	}
-	if err := VerifyEtcdBackup(first); !errors.Is(err, ErrInvalid) {
+	if err := Verify(first); !errors.Is(err, ErrInvalid) {
 		t.Errorf("the first record against the replaced file: %v, want ErrInvalid", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
@@ -924,23 +924,23 @@ func TestEtcdBackupReplacesExisting(t *testing.T) {
 
 func TestEtcdEndpoint(t *testing.T) {
 	st := &nodestate.NodeState{AdvertiseAddress: "10.0.0.5", PKIDir: "/etc/kubernetes/pki", Ports: nodestate.Ports{EtcdClient: 2379}}
-	want := EtcdClientConfig{
+	want := ClientConfig{
 		Endpoint:    "https://127.0.0.1:2379",
 		CAFile:      "/etc/kubernetes/pki/etcd/ca.crt",
 		CertFile:    "/etc/kubernetes/pki/etcd/healthcheck-client.crt",
 		KeyFile:     "/etc/kubernetes/pki/etcd/healthcheck-client.key",
-		DialTimeout: DefaultEtcdDialTimeout,
+		DialTimeout: DefaultDialTimeout,
 	}
-	if got := EtcdEndpoint(st); got != want {
-		t.Errorf("EtcdEndpoint = %+v, want %+v", got, want)
+	if got := Endpoint(st); got != want {
+		t.Errorf("Endpoint = %+v, want %+v", got, want)
 	}
 	st.AdvertiseAddress, st.Ports.EtcdClient = "fd00::5", 12379
-	if got := EtcdEndpoint(st).Endpoint; got != "https://[::1]:12379" {
+	if got := Endpoint(st).Endpoint; got != "https://[::1]:12379" {
 		t.Errorf("IPv6 endpoint = %s, want https://[::1]:12379", got)
 	}
 }
 
-// BenchmarkEtcdBackupRestore reports the time of BackupEtcd and RestoreEtcd
+// BenchmarkEtcdBackupRestore reports the time of Take and Restore
 // (verification, etcdutl restore, fsyncs, renames) for a member holding
 // 16 MiB of values in 16384 keys.
 func BenchmarkEtcdBackupRestore(b *testing.B) {
@@ -950,7 +950,7 @@ func BenchmarkEtcdBackupRestore(b *testing.B) {
 	}
 	st := etcdNodeState(b)
 	p := startEtcd(b, bin, st)
-	cli := etcdTestClient(b, EtcdEndpoint(st))
+	cli := etcdTestClient(b, Endpoint(st))
 	defer cli.Close()
 	val := strings.Repeat("x", 1024)
 	ctx := context.Background()
@@ -960,10 +960,10 @@ func BenchmarkEtcdBackupRestore(b *testing.B) {
 		}
 	}
 	dir := b.TempDir()
-	var bk *EtcdBackup
+	var bk *Backup
 	b.Run("backup", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			if bk, err = BackupEtcd(ctx, EtcdEndpoint(st), filepath.Join(dir, "bench.etcd.db")); err != nil {
+			if bk, err = Take(ctx, Endpoint(st), filepath.Join(dir, "bench.etcd.db")); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -973,7 +973,7 @@ func BenchmarkEtcdBackupRestore(b *testing.B) {
 	b.Run("restore", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			aside := fmt.Sprintf("%s.aside-%d", st.Etcd.DataDir, i)
-			if err := RestoreEtcd(ctx, st, bk, aside); err != nil {
+			if err := Restore(ctx, st, bk, aside); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
@@ -999,7 +999,7 @@ func TestEtcdRestoreRefusesSymlinkDataDir(t *testing.T) {
 	backup := filepath.Join(t.TempDir(), "b.etcd.db")
 	os.WriteFile(backup, []byte("refused before it is read"), 0o600)
 	before := tree(t, filepath.Dir(st.Etcd.DataDir), filepath.Dir(real))
-	err := RestoreEtcd(etcdCtx(t), st, &EtcdBackup{Path: backup, Members: 1}, st.Etcd.DataDir+".aside")
+	err := Restore(etcdCtx(t), st, &Backup{Path: backup, Members: 1}, st.Etcd.DataDir+".aside")
 	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Fatalf("got %v, want a refusal naming the symlink", err)
 	}
