@@ -1,0 +1,198 @@
+package engine
+
+// The engine's API: what a caller runs, and what it gets back.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/snapshot"
+)
+
+// Outcome is how a transaction ended.
+type Outcome string
+
+// Outcomes.
+const (
+	Committed      Outcome = "committed"
+	RolledBack     Outcome = "rolled-back"
+	RollbackFailed Outcome = "rollback-failed"
+	// Nothing: there was no transaction to resume.
+	Nothing Outcome = "nothing"
+)
+
+// Result is what a Run, Resume or Rollback did.
+type Result struct {
+	Txn     string        `json:"txn,omitempty"`
+	Outcome Outcome       `json:"outcome"`
+	Reason  string        `json:"reason,omitempty"`
+	Changed []string      `json:"changed,omitempty"`
+	Elapsed time.Duration `json:"elapsedNs"`
+	// Steps is how long each component's step took, write to active.
+	Steps []StepTime `json:"steps,omitempty"`
+}
+
+// StepTime is one component step's duration.
+type StepTime struct {
+	Component string        `json:"component"`
+	Phase     string        `json:"phase"`
+	Elapsed   time.Duration `json:"elapsedNs"`
+}
+
+// Errors a caller tells apart.
+var (
+	// ErrNothingToDo: the release changes no manifest of this node.
+	ErrNothingToDo = errors.New("nothing to do")
+	// ErrRolledBack: the upgrade failed and the node is back as it was.
+	ErrRolledBack = errors.New("upgrade rolled back")
+	// ErrRollbackFailed: the upgrade failed and so did its rollback; the
+	// node needs an operator (Result.Reason and the journal say what).
+	ErrRollbackFailed = errors.New("rollback failed")
+	// ErrInterrupted: the context ended mid-transaction; it stays open in
+	// the journal and `stratum-upgrade resume` continues it.
+	ErrInterrupted = errors.New("interrupted")
+)
+
+// Plan computes what upgrading to rel would do, writing nothing.
+func (e *Engine) Plan(rel *Release) (*Plan, error) {
+	st, err := e.j.NodeState()
+	if err != nil {
+		return nil, err
+	}
+	return PlanUpgrade(e.store, st, rel)
+}
+
+// Run upgrades the node to rel as one transaction and returns when it has
+// committed (nil error), rolled back (ErrRolledBack), failed to roll back
+// (ErrRollbackFailed) or was interrupted by ctx (ErrInterrupted, the
+// transaction left open for Resume). A second transaction while one is open
+// is refused with journal.ErrTxnOpen and changes nothing; so is a release
+// that changes nothing (ErrNothingToDo).
+func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, error) {
+	if open, err := e.j.OpenTxn(); err != nil {
+		return Result{}, err
+	} else if open != nil {
+		return Result{}, openTxnError(open)
+	}
+	plan, err := e.Plan(rel)
+	if err != nil {
+		return Result{}, err
+	}
+	from, err := plan.From.Marshal()
+	if err != nil {
+		return Result{}, err
+	}
+	to, err := plan.To.Marshal()
+	if err != nil {
+		return Result{}, err
+	}
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: plan.Changed()})
+	if err != nil {
+		return Result{}, err
+	}
+	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("upgrade to %s: %s change", plan.To.KubernetesVersion, strings.Join(plan.Changed(), ", ")))
+	fault.Hit(fault.AfterBegin)
+	return e.drive(ctx, &txn)
+}
+
+func openTxnError(t *journal.Txn) error {
+	return fmt.Errorf("%w: transaction %s (%s) is in phase %s; run `stratum-upgrade resume` to finish it, or `stratum-upgrade rollback` to undo it",
+		journal.ErrTxnOpen, t.ID, t.Kind, t.Phase)
+}
+
+// Resume continues the open transaction from its last durable step:
+// forwards while it was applying or verifying, backwards once it was rolling
+// back. With no open transaction it does nothing (Outcome Nothing).
+func (e *Engine) Resume(ctx context.Context) (Result, error) {
+	txn, err := e.j.OpenTxn()
+	if err != nil {
+		return Result{}, err
+	}
+	if txn == nil {
+		return Result{Outcome: Nothing}, nil
+	}
+	e.event(txn.ID, txn.Phase, "resume", "", "", "resuming transaction "+txn.ID+" in phase "+string(txn.Phase))
+	return e.drive(ctx, txn)
+}
+
+// Rollback rolls back the open transaction, whatever its phase.
+func (e *Engine) Rollback(ctx context.Context, reason string) (Result, error) {
+	txn, err := e.j.OpenTxn()
+	if err != nil {
+		return Result{}, err
+	}
+	if txn == nil {
+		return Result{Outcome: Nothing}, errors.New("no open transaction to roll back; use --last to roll back the last committed upgrade")
+	}
+	if txn.Phase != journal.PhaseRollingBack {
+		if err := e.j.Update(txn.ID, func(t *journal.Txn) error {
+			t.Phase, t.Reason = journal.PhaseRollingBack, reason
+			return nil
+		}); err != nil {
+			return Result{}, err
+		}
+		txn.Phase, txn.Reason = journal.PhaseRollingBack, reason
+	}
+	return e.drive(ctx, txn)
+}
+
+// RollbackLast undoes the last committed upgrade: a new transaction (kind
+// rollback-last) that puts back, component by component, the manifests of
+// that upgrade's retained snapshot, with the same waits, verification and
+// automatic rollback as an upgrade. etcd's data is not restored: after a
+// commit it holds writes the snapshot does not.
+func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
+	if open, err := e.j.OpenTxn(); err != nil {
+		return Result{}, err
+	} else if open != nil {
+		return Result{}, openTxnError(open)
+	}
+	hist, err := e.j.History(0)
+	if err != nil {
+		return Result{}, err
+	}
+	var last *journal.Txn
+	for i := range hist {
+		if hist[i].Phase == journal.PhaseCommitted {
+			last = &hist[i]
+			break
+		}
+	}
+	if last == nil {
+		return Result{}, errors.New("rollback --last: no committed upgrade in the journal")
+	}
+	if last.Kind == journal.KindRollbackLast {
+		return Result{}, fmt.Errorf("rollback --last: the last committed transaction %s is itself a rollback; run an upgrade with a release instead", last.ID)
+	}
+	cur, err := e.j.NodeState()
+	if err != nil {
+		return Result{}, err
+	}
+	old, err := nodestate.Parse(last.From)
+	if err != nil {
+		return Result{}, fmt.Errorf("rollback --last: node state before %s: %w", last.ID, err)
+	}
+	snap, err := snapshot.Load(last.SnapshotDir, manifest.DerivedPaths(old))
+	if err != nil {
+		return Result{}, fmt.Errorf("rollback --last: the snapshot of %s is not usable (retention may have removed it): %w", last.ID, err)
+	}
+	plan, err := planFromSnapshot(e.store, cur, old, snap)
+	if err != nil {
+		return Result{}, err
+	}
+	from, _ := cur.Marshal()
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed()})
+	if err != nil {
+		return Result{}, err
+	}
+	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", ")))
+	fault.Hit(fault.AfterBegin)
+	return e.drive(ctx, &txn)
+}

@@ -1,0 +1,244 @@
+package engine
+
+// snapshotted/applying -> verifying: one component at a time.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/snapshot"
+)
+
+// Steps of the journal records.
+const (
+	stepMark    = "mark"
+	stepDone    = "done"
+	stepRestore = "restored"
+	stepEtcd    = "etcd-restored"
+	stepVerify  = "verified"
+)
+
+// apply: snapshotted/applying -> verifying. For each changed component in
+// roster order: journal a mark, write its manifest, wait until kubelet
+// replaced the process and the new one answers, journal the step done. The
+// done record of one component and the mark of the next are one journal
+// write (one fsync pair per step).
+func (e *Engine) apply(ctx context.Context, r *run) error {
+	var pending []journal.Record
+	for _, comp := range r.txn.Changed {
+		if _, done := r.find(journal.PhaseApplying, stepDone, comp); done {
+			continue
+		}
+		mark, resumed := r.find(journal.PhaseApplying, stepMark, comp)
+		if !resumed {
+			m, err := e.procs.Mark()
+			if err != nil {
+				return fmt.Errorf("%s: %w", comp, err)
+			}
+			mark = journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: comp, ProcMark: &m}
+			if r.txn.Kind == journal.KindRollbackLast {
+				// The retained snapshot's bytes would give the pod a UID
+				// kubelet terminated in the upgrade; a fresh stamp does not.
+				mark.Stamp = e.store.Stamp()
+			}
+			if err := e.append(r, journal.PhaseApplying, append(pending, mark)...); err != nil {
+				return err
+			}
+			pending = nil
+		}
+		if err := e.step(ctx, r, journal.PhaseApplying, comp, *mark.ProcMark, mark.Stamp); err != nil {
+			return err
+		}
+		ids, err := e.identity(r.to, comp)
+		if err != nil {
+			return err
+		}
+		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: stepDone, Component: comp, Note: ids}}
+		// The done record rides with the next write; a crash before it only
+		// repeats this component's (idempotent) step.
+		fault.Hit(fault.AfterStep.Of(comp))
+	}
+	if err := e.append(r, journal.PhaseVerifying, pending...); err != nil {
+		return err
+	}
+	fault.Hit(fault.AfterApply)
+	return nil
+}
+
+// step writes comp's target manifest and waits for kubelet to act on it.
+func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string, m proc.Mark, stamp string) error {
+	t0 := time.Now()
+	st, at := r.to, fault.Step.Of
+	if p == journal.PhaseRollingBack {
+		st, at = r.from, fault.Step.InRollback
+	}
+	fault.Hit(at(fault.BeforeWrite, comp))
+	if cur, err := e.procs.Mark(); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	} else if cur.BootID != m.BootID {
+		// A mark from an earlier boot counts every process as new. That is
+		// right when the write happened before the reboot (kubelet then
+		// started the component from the new bytes), but when it did not,
+		// the process kubelet restarted after the reboot runs the old
+		// manifest: take a fresh mark in this boot before writing.
+		on, err := e.targetOnDisk(r, p, comp, stamp)
+		if err != nil {
+			return fmt.Errorf("%s: %w", comp, err)
+		}
+		if !on {
+			// kubelet may still be starting the old pod after the boot: a
+			// process it starts between the new mark and the write would
+			// pass for the replacement. Let it settle first.
+			e.settle(ctx, st, comp)
+			if m, err = e.procs.Mark(); err != nil {
+				return fmt.Errorf("%s: %w", comp, err)
+			}
+			if err := e.append(r, p, journal.Record{Phase: p, Step: stepMark, Component: comp, ProcMark: &m, Stamp: stamp}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := e.procs.PastMark(ctx, m); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
+	if err := e.writeTarget(r, p, comp, stamp); err != nil {
+		return err
+	}
+	e.event(r.txn.ID, p, "write", comp, "", "wrote "+comp+" manifest")
+	fault.Hit(at(fault.AfterWrite, comp))
+	t, err := manifest.Target(st, comp)
+	if err != nil {
+		return err
+	}
+	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to replace "+comp, "waiting for kubelet to replace "+comp)
+	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
+	fault.Hit(at(fault.AfterReplaced, comp))
+	e.event(r.txn.ID, p, "wait-active", comp, comp+" to answer "+describeHealth(t), "waiting for the new "+comp+" to answer")
+	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
+	r.steps = append(r.steps, StepTime{Component: comp, Phase: string(p), Elapsed: time.Since(t0)})
+	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s replaced and active (%.1fs)", comp, time.Since(t0).Seconds()))
+	return nil
+}
+
+func describeHealth(t proc.Target) string {
+	if t.Health == "" {
+		return "(no listener: running)"
+	}
+	return t.Health
+}
+
+// writeTarget writes the bytes comp's manifest must hold in phase p: in an
+// upgrade the render of the new state; in a rollback-last the retained
+// snapshot's bytes; in a rollback the restored bytes with the journaled
+// restarted-at stamp.
+func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error {
+	switch {
+	case p == journal.PhaseRollingBack:
+		_, err := e.store.RestartAsIs(comp, stamp)
+		return err
+	case r.txn.Kind == journal.KindRollbackLast:
+		snap, err := snapshot.Load(r.txn.Source, manifest.DerivedPaths(r.to))
+		if err != nil {
+			return err
+		}
+		b, ok := snap.Manifest(comp)
+		if !ok {
+			_, err := e.store.Remove(comp)
+			return err
+		}
+		out, err := manifest.SetRestartedAt(b, stamp)
+		if err != nil {
+			return err
+		}
+		_, err = e.store.Put(comp, out)
+		return err
+	default:
+		return e.store.Start(r.to, comp)
+	}
+}
+
+// settle waits, bounded by the active deadline, until the process kubelet
+// runs for comp from the manifest now on disk answers. It is called before a
+// fresh mark is taken for a write that did not happen before a reboot: a
+// mark only tells kubelet's processes apart by start time, so kubelet must
+// not be starting one from the old manifest while the mark is taken. A
+// component that does not come up is logged and the step goes on.
+func (e *Engine) settle(ctx context.Context, st *nodestate.NodeState, comp string) {
+	t, err := manifest.Target(st, comp)
+	if err != nil {
+		return
+	}
+	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+		e.log.Warn("component did not come up on its old manifest after the reboot; writing the new one anyway", "component", comp, "err", err)
+	}
+}
+
+// targetOnDisk reports whether comp's manifest on disk already holds what
+// writeTarget would write in phase p.
+func (e *Engine) targetOnDisk(r *run, p journal.Phase, comp, stamp string) (bool, error) {
+	have, err := e.store.Read(comp)
+	if errors.Is(err, manifest.ErrNoManifest) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	pod, err := manifest.DecodePod(have)
+	if err != nil {
+		return false, nil
+	}
+	var want []byte
+	switch {
+	case p == journal.PhaseRollingBack:
+		return manifest.RestartedAt(pod) == stamp, nil
+	case r.txn.Kind == journal.KindRollbackLast:
+		snap, err := snapshot.Load(r.txn.Source, manifest.DerivedPaths(r.to))
+		if err != nil {
+			return false, err
+		}
+		b, ok := snap.Manifest(comp)
+		if !ok {
+			return false, nil
+		}
+		if want, err = manifest.SetRestartedAt(b, stamp); err != nil {
+			return false, err
+		}
+	default:
+		prof, err := manifest.LoadProfile(r.to)
+		if err != nil {
+			return false, err
+		}
+		if want, err = manifest.RenderBytes(r.to, prof, comp, manifest.RestartedAt(pod)); err != nil {
+			return false, err
+		}
+	}
+	return bytes.Equal(have, want), nil
+}
+
+// identity is the JSON of comp's current processes, journaled with its step
+// so the soak can tell whether kubelet replaced it again.
+func (e *Engine) identity(st *nodestate.NodeState, comp string) (string, error) {
+	t, err := manifest.Target(st, comp)
+	if err != nil {
+		return "", err
+	}
+	ps, err := e.procs.PIDs(t.Binary)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", comp, err)
+	}
+	b, _ := json.Marshal(ps)
+	return string(b), nil
+}

@@ -1,0 +1,130 @@
+package engine
+
+// The driver: moves a transaction through its phases, resuming from the
+// journal.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// run is the state of one transaction being driven.
+type run struct {
+	txn     *journal.Txn
+	from    *nodestate.NodeState
+	to      *nodestate.NodeState
+	recs    []journal.Record
+	started time.Time
+	steps   []StepTime
+}
+
+func (e *Engine) load(txn *journal.Txn) (*run, error) {
+	from, err := nodestate.Parse(txn.From)
+	if err != nil {
+		return nil, fmt.Errorf("transaction %s: node state before: %w", txn.ID, err)
+	}
+	to, err := nodestate.Parse(txn.To)
+	if err != nil {
+		return nil, fmt.Errorf("transaction %s: node state after: %w", txn.ID, err)
+	}
+	recs, err := e.j.Records(txn.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &run{txn: txn, from: from, to: to, recs: recs, started: time.Now()}, nil
+}
+
+// drive moves the transaction through its phases until it ends or ctx does.
+func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
+	r, err := e.load(txn)
+	if err != nil {
+		return Result{Txn: txn.ID}, err
+	}
+	for {
+		var stepErr error
+		switch r.txn.Phase {
+		case journal.PhasePlanned:
+			stepErr = e.takeSnapshot(ctx, r)
+		case journal.PhaseSnapshotted, journal.PhaseApplying:
+			stepErr = e.apply(ctx, r)
+		case journal.PhaseVerifying:
+			stepErr = e.verify(ctx, r)
+		case journal.PhaseRollingBack:
+			return e.rollback(ctx, r)
+		case journal.PhaseCommitted:
+			e.prune()
+			return r.result(Committed, ""), nil
+		default:
+			return r.result(Outcome(r.txn.Phase), r.txn.Reason), fmt.Errorf("transaction %s is in phase %s", r.txn.ID, r.txn.Phase)
+		}
+		if stepErr == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return r.result("", ""), fmt.Errorf("%w: transaction %s left open in phase %s (%v); run `stratum-upgrade resume` to continue it", ErrInterrupted, r.txn.ID, r.txn.Phase, stepErr)
+		}
+		if errors.Is(stepErr, errFatalJournal) {
+			return r.result("", ""), stepErr
+		}
+		e.log.Info("upgrade step failed; rolling back", "txn", r.txn.ID, "phase", r.txn.Phase, "err", stepErr)
+		if err := e.setPhase(r, journal.PhaseRollingBack, stepErr.Error()); err != nil {
+			return r.result("", ""), err
+		}
+		e.event(r.txn.ID, journal.PhaseRollingBack, "rollback", "", "", "rolling back: "+stepErr.Error())
+		fault.Hit(fault.AfterRollingBack)
+	}
+}
+
+// errFatalJournal marks a journal write that failed: the engine cannot go on
+// (it must not act without the record) and cannot record a rollback either.
+var errFatalJournal = errors.New("journal write failed")
+
+func (r *run) result(o Outcome, reason string) Result {
+	return Result{Txn: r.txn.ID, Outcome: o, Reason: reason, Changed: r.txn.Changed, Elapsed: time.Since(r.started), Steps: r.steps}
+}
+
+func (e *Engine) setPhase(r *run, p journal.Phase, reason string) error {
+	err := e.j.Update(r.txn.ID, func(t *journal.Txn) error {
+		t.Phase = p
+		if reason != "" {
+			t.Reason = reason
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errFatalJournal, err)
+	}
+	r.txn.Phase = p
+	if reason != "" {
+		r.txn.Reason = reason
+	}
+	return nil
+}
+
+// append journals recs, setting the phase, before the caller acts on them.
+func (e *Engine) append(r *run, p journal.Phase, recs ...journal.Record) error {
+	stored, err := e.j.Append(r.txn.ID, p, recs...)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errFatalJournal, err)
+	}
+	r.recs = append(r.recs, stored...)
+	r.txn.Phase = p
+	return nil
+}
+
+// find returns the last record of phase p, step and component, if any.
+func (r *run) find(p journal.Phase, step, component string) (journal.Record, bool) {
+	for i := len(r.recs) - 1; i >= 0; i-- {
+		rec := r.recs[i]
+		if rec.Phase == p && rec.Step == step && rec.Component == component {
+			return rec, true
+		}
+	}
+	return journal.Record{}, false
+}

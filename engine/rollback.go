@@ -1,0 +1,237 @@
+package engine
+
+// rolling-back -> rolled-back | rollback-failed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/snapshot"
+)
+
+// rollback: rolling-back -> rolled-back or rollback-failed.
+func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
+	reason := r.txn.Reason
+	if err := e.rollbackSteps(ctx, r); err != nil {
+		if errors.Is(err, errFatalJournal) || errors.Is(err, errResumable) || ctx.Err() != nil {
+			return r.result("", reason), fmt.Errorf("%w: the rollback of %s is paused and stays open: %v; once the cause is fixed, `stratum-upgrade resume` continues it", ErrInterrupted, r.txn.ID, err)
+		}
+		detail := e.nodeReport(r)
+		msg := fmt.Sprintf("%s; then the rollback failed: %v", reason, err)
+		if ferr := e.j.Finish(r.txn.ID, journal.PhaseRollbackFailed, msg, detail); ferr != nil {
+			return r.result("", msg), fmt.Errorf("rollback failed (%v) and could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` retries the rollback", err, ferr)
+		}
+		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
+		return r.result(RollbackFailed, msg), fmt.Errorf("%w: %s. %s", ErrRollbackFailed, msg, e.rollbackFailedAdvice(r))
+	}
+	fault.Hit(fault.BeforeRolledBack)
+	if err := e.j.Finish(r.txn.ID, journal.PhaseRolledBack, reason, nil); err != nil {
+		return r.result("", reason), fmt.Errorf("the rollback is done but could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` verifies it again and closes it", err)
+	}
+	r.txn.Phase = journal.PhaseRolledBack
+	e.event(r.txn.ID, journal.PhaseRolledBack, "rolled-back", "", "", "rolled back: "+reason)
+	e.prune()
+	return r.result(RolledBack, reason), fmt.Errorf("%w: %s", ErrRolledBack, reason)
+}
+
+// rollbackFailedAdvice says what the operator should do after a failed
+// rollback, for this transaction's situation.
+func (e *Engine) rollbackFailedAdvice(r *run) string {
+	adv := "The node state in the journal is still the one from before this transaction; `stratum-upgrade status` shows each component. Fix the cause, then run `stratum-upgrade render` to put every manifest back from it."
+	data := filepath.Clean(r.from.Etcd.DataDir)
+	aside := data + ".stratum-pre-rollback-" + r.txn.ID
+	if _, err := os.Lstat(data); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(aside); err == nil {
+			adv = fmt.Sprintf("etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `stratum-upgrade render`, or etcd starts as a new, empty cluster. ", data, aside, data+".stratum-restore") + adv
+		}
+	}
+	return adv
+}
+
+// errResumable marks a rollback failure that leaves the node in a state a
+// later resume can continue from (an etcd data restore that failed on I/O):
+// the transaction stays open instead of ending rollback-failed.
+var errResumable = errors.New("resumable")
+
+// written is the components the transaction wrote (or may have written: a
+// mark is journaled before the write), in roster order.
+func (r *run) written() []string {
+	var out []string
+	for _, comp := range r.txn.Changed {
+		if _, ok := r.find(journal.PhaseApplying, stepMark, comp); ok {
+			out = append(out, comp)
+		}
+	}
+	return out
+}
+
+// restartSet is the components the rollback restarts, in roster order:
+// those the transaction wrote, and after a restore of etcd's data the whole
+// control plane, whose caches hold revisions the restored data does not.
+func (r *run) restartSet(written []string) []string {
+	_, etcdRestored := r.find(journal.PhaseRollingBack, stepEtcd, nodestate.Etcd)
+	var out []string
+	for _, comp := range manifest.NamesFor(r.from) {
+		switch {
+		case contains(written, comp):
+		case etcdRestored && (comp == nodestate.KubeAPIServer || comp == nodestate.ControllerManager || comp == nodestate.Scheduler):
+		default:
+			continue
+		}
+		out = append(out, comp)
+	}
+	for _, comp := range written {
+		if !contains(out, comp) {
+			out = append(out, comp) // added by the upgrade: the restore removes it
+		}
+	}
+	return out
+}
+
+func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
+	written := r.written()
+	if r.txn.SnapshotDir == "" {
+		// Failed before the snapshot: nothing was written.
+		if len(written) > 0 {
+			return errors.New("journal has manifest writes but no snapshot")
+		}
+		e.snaps.CleanStaging(r.txn.ID)
+		return nil
+	}
+	derived := manifest.DerivedPaths(r.from)
+	// The whole snapshot is validated before anything moves, etcd included.
+	snap, err := snapshot.Load(r.txn.SnapshotDir, derived)
+	if err != nil {
+		return err
+	}
+	_, restored := r.find(journal.PhaseRollingBack, stepRestore, "")
+	if !restored {
+		if err := e.restoreEtcd(ctx, r, written, snap); err != nil {
+			return err
+		}
+	}
+	restart := r.restartSet(written)
+	// Every restart's mark and restarted-at stamp is journaled before the
+	// restore writes them, so the restore writes each manifest once, with
+	// its stamp (a fresh pod UID), and every process started from that
+	// write counts as after its mark.
+	var marks []journal.Record
+	var last proc.Mark
+	for _, comp := range restart {
+		if _, held := snap.Manifest(comp); !held {
+			continue
+		}
+		m, err := e.procs.Mark()
+		if err != nil {
+			return err
+		}
+		stamp := e.store.Stamp()
+		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+			// Journaled before a crash. Its mark stands unless it is from an
+			// earlier boot and the restore has not written yet: then the
+			// processes kubelet restarted after the reboot run the bytes
+			// being replaced, and an old-boot mark would count them as new.
+			if restored || rec.ProcMark.BootID == m.BootID {
+				last = *rec.ProcMark
+				continue
+			}
+			stamp = rec.Stamp
+			e.settle(ctx, r.to, comp)
+			if m, err = e.procs.Mark(); err != nil {
+				return err
+			}
+		}
+		last = m
+		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: stepMark, Component: comp, ProcMark: &m, Stamp: stamp})
+	}
+	if len(marks) > 0 {
+		if err := e.append(r, journal.PhaseRollingBack, marks...); err != nil {
+			return err
+		}
+	}
+	if !restored {
+		stamps := map[string]string{}
+		for _, comp := range restart {
+			if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+				stamps[comp] = rec.Stamp
+			}
+		}
+		if err := e.procs.PastMark(ctx, last); err != nil {
+			return err
+		}
+		e.event(r.txn.ID, r.txn.Phase, "restore", "", "", "restoring the manifest snapshot "+r.txn.SnapshotDir)
+		res, err := snapshot.RestoreStamped(r.txn.SnapshotDir, e.store, derived, stamps)
+		if err != nil {
+			return err
+		}
+		if len(res.Strays) > 0 {
+			e.log.Warn("snapshot holds files that were not restored", "strays", res.Strays)
+		}
+		fault.Hit(fault.AfterRestore)
+		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepRestore}); err != nil {
+			return err
+		}
+	}
+	for _, comp := range restart {
+		if _, done := r.find(journal.PhaseRollingBack, stepDone, comp); done {
+			continue
+		}
+		if _, held := snap.Manifest(comp); !held {
+			// The upgrade added it; the restore removed it. Wait for it to go.
+			t, err := manifest.Target(r.to, comp)
+			if err != nil {
+				return err
+			}
+			if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
+				return fmt.Errorf("%s: %w", comp, err)
+			}
+			if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp}); err != nil {
+				return err
+			}
+			continue
+		}
+		mark, _ := r.find(journal.PhaseRollingBack, stepMark, comp)
+		// The restore wrote the stamped bytes already; the step's write is
+		// a no-op unless a crash came between the restore and its record.
+		if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp); err != nil {
+			return err
+		}
+		ids, err := e.identity(r.from, comp)
+		if err != nil {
+			return err
+		}
+		fault.Hit(fault.AfterStep.InRollback(comp))
+		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Note: ids}); err != nil {
+			return err
+		}
+	}
+	// The rollback is verified like an upgrade: every component of the old
+	// roster answers, then none is replaced again during the soak.
+	roster := manifest.NamesFor(r.from)
+	for _, comp := range roster {
+		t, err := manifest.Target(r.from, comp)
+		if err != nil {
+			return err
+		}
+		if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+			return fmt.Errorf("after rollback, %s: %w", comp, err)
+		}
+	}
+	want := map[string]string{}
+	for _, comp := range roster {
+		if want[comp], err = e.identity(r.from, comp); err != nil {
+			return err
+		}
+	}
+	e.event(r.txn.ID, r.txn.Phase, "verify", "", fmt.Sprintf("%s soak", e.dl.Soak), fmt.Sprintf("verifying the rolled-back components for %s", e.dl.Soak))
+	return e.soak(ctx, r.from, roster, want)
+}

@@ -1,0 +1,107 @@
+package engine
+
+// verifying -> committed: every component active, none replaced again.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+// verify: verifying -> committed. Every roster component must be active and
+// no changed component replaced again during the soak window.
+func (e *Engine) verify(ctx context.Context, r *run) error {
+	roster := manifest.NamesFor(r.to)
+	e.event(r.txn.ID, r.txn.Phase, "verify", "", fmt.Sprintf("%s soak", e.dl.Soak), fmt.Sprintf("verifying every component for %s", e.dl.Soak))
+	boot, err := e.procs.Mark()
+	if err != nil {
+		return err
+	}
+	// Every component must answer before the soak starts: after a crash or
+	// a reboot, the ones this transaction did not touch may still be coming
+	// up.
+	for _, comp := range roster {
+		t, err := manifest.Target(r.to, comp)
+		if err != nil {
+			return err
+		}
+		if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+			return fmt.Errorf("verify: %s: %w", comp, err)
+		}
+	}
+	want := map[string]string{}
+	for _, comp := range r.txn.Changed {
+		rec, ok := r.find(journal.PhaseApplying, stepDone, comp)
+		if ok && rec.BootID == boot.BootID {
+			want[comp] = rec.Note
+			continue
+		}
+		// The step was done in another boot: every process is new, so the
+		// soak starts from the processes that run now.
+		if want[comp], err = e.identity(r.to, comp); err != nil {
+			return err
+		}
+	}
+	if err := e.soak(ctx, r.to, roster, want); err != nil {
+		return err
+	}
+	fault.Hit(fault.BeforeCommit)
+	if err := e.j.Commit(r.txn.ID, r.to, journal.Record{Phase: journal.PhaseCommitted, Step: stepVerify}); err != nil {
+		return fmt.Errorf("%w: %v", errFatalJournal, err)
+	}
+	r.txn.Phase = journal.PhaseCommitted
+	e.event(r.txn.ID, journal.PhaseCommitted, "commit", "", "", "committed: node state is now "+r.to.KubernetesVersion)
+	fault.Hit(fault.AfterCommit)
+	return nil
+}
+
+// soak checks the roster repeatedly for the soak window: every component
+// active (three failed checks in a row fail it: one slow answer is not a
+// crash loop) and every component in want still the processes it names.
+func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []string, want map[string]string) error {
+	targets := make([]proc.Target, len(roster))
+	for i, comp := range roster {
+		t, err := manifest.Target(st, comp)
+		if err != nil {
+			return err
+		}
+		targets[i] = t
+	}
+	misses := map[string]int{}
+	deadline := time.Now().Add(e.dl.Soak)
+	for {
+		for i, comp := range roster {
+			if w, ok := want[comp]; ok {
+				now, err := e.identity(st, comp)
+				if err != nil {
+					return err
+				}
+				if now != w {
+					return fmt.Errorf("%s was replaced during the %s soak window (processes %s, now %s): it is crash-looping or kubelet restarted it", comp, e.dl.Soak, w, now)
+				}
+			}
+			if e.procs.Active(ctx, targets[i]) {
+				misses[comp] = 0
+			} else if misses[comp]++; misses[comp] >= 3 {
+				return fmt.Errorf("%s stopped answering %s during the soak window", comp, describeHealth(targets[i]))
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
