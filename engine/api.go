@@ -98,7 +98,7 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 		return Result{}, err
 	}
 	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("upgrade to %s: %s change", plan.To.KubernetesVersion, strings.Join(plan.Changed(), ", ")))
-	fault.Hit(fault.AfterBegin)
+	e.hit(fault.AfterBegin)
 	return e.drive(ctx, &txn)
 }
 
@@ -193,6 +193,6 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", ")))
-	fault.Hit(fault.AfterBegin)
+	e.hit(fault.AfterBegin)
 	return e.drive(ctx, &txn)
 }

@@ -65,12 +65,12 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: stepDone, Component: comp, Note: ids}}
 		// The done record rides with the next write; a crash before it only
 		// repeats this component's (idempotent) step.
-		fault.Hit(fault.AfterStep.Of(comp))
+		e.hit(fault.AfterStep.Of(comp))
 	}
 	if err := e.append(r, journal.PhaseVerifying, pending...); err != nil {
 		return err
 	}
-	fault.Hit(fault.AfterApply)
+	e.hit(fault.AfterApply)
 	return nil
 }
 
@@ -81,7 +81,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if p == journal.PhaseRollingBack {
 		st, at = r.from, fault.Step.InRollback
 	}
-	fault.Hit(at(fault.BeforeWrite, comp))
+	e.hit(at(fault.BeforeWrite, comp))
 	if cur, err := e.procs.Mark(); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	} else if cur.BootID != m.BootID {
@@ -114,7 +114,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		return err
 	}
 	e.event(r.txn.ID, p, "write", comp, "", "wrote "+comp+" manifest")
-	fault.Hit(at(fault.AfterWrite, comp))
+	e.hit(at(fault.AfterWrite, comp))
 	t, err := manifest.Target(st, comp)
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
-	fault.Hit(at(fault.AfterReplaced, comp))
+	e.hit(at(fault.AfterReplaced, comp))
 	e.event(r.txn.ID, p, "wait-active", comp, comp+" to answer "+describeHealth(t), "waiting for the new "+comp+" to answer")
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)

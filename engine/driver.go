@@ -77,7 +77,7 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 			return r.result("", ""), err
 		}
 		e.event(r.txn.ID, journal.PhaseRollingBack, "rollback", "", "", "rolling back: "+stepErr.Error())
-		fault.Hit(fault.AfterRollingBack)
+		e.hit(fault.AfterRollingBack)
 	}
 }
 

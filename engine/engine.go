@@ -17,8 +17,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
-	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/proc"
 	"github.com/ciq/stratum-upgrade/snapshot"
 )
@@ -73,9 +73,9 @@ func (d Deadlines) withDefaults() Deadlines {
 // Config is what an Engine works on. Journal and Store are required.
 type Config struct {
 	Journal *journal.Journal
-	Store   *manifest.Store
+	Store   Manifests
 	// Scanner observes the component processes (proc.Host()).
-	Scanner *proc.Scanner
+	Scanner Processes
 	// Snapshots is where snapshots live (snapshot.DefaultRoot).
 	Snapshots string
 	// Keep is how many snapshots retention keeps (default 5); one that an
@@ -92,13 +92,15 @@ type Config struct {
 // file lock keeps a second stratum-upgrade process out.
 type Engine struct {
 	j     *journal.Journal
-	store *manifest.Store
-	procs *proc.Scanner
+	store Manifests
+	procs Processes
 	snaps *snapshot.Root
 	dl    Deadlines
 	etcd  EtcdData
 	log   *slog.Logger
 	emit  func(Event)
+	// crash, when set (tests only), is called at every fault point.
+	crash func(fault.Point)
 }
 
 // New returns an Engine for cfg.
@@ -108,7 +110,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events}
 	if e.procs == nil {
-		e.procs = cfg.Store.Scanner()
+		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
+		if !ok {
+			return nil, errors.New("engine: Scanner is required with a Store that has none")
+		}
+		e.procs = s.Scanner()
 	}
 	if e.etcd == nil {
 		e.etcd = etcdData{}

@@ -44,18 +44,18 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 		return fmt.Errorf("journaled etcd backup: %w", err)
 	}
 	aside := r.from.Etcd.DataDir + ".stratum-pre-rollback-" + r.txn.ID
-	if err := etcddata.CheckRestore(r.from, &b, aside); err != nil {
+	if err := e.etcd.CheckRestore(r.from, &b, aside); err != nil {
 		return fmt.Errorf("etcd's data cannot be restored, so etcd was left running: %w", err)
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-stop", nodestate.Etcd, "etcd to exit", "stopping etcd to restore its data")
 	if err := e.store.Stop(ctx, r.from, nodestate.Etcd, e.dl.Stop); err != nil {
 		return err
 	}
-	fault.Hit(fault.AfterEtcdStop)
+	e.hit(fault.AfterEtcdStop)
 	e.event(r.txn.ID, r.txn.Phase, "etcd-restore", nodestate.Etcd, "", fmt.Sprintf("restoring etcd data from %s (revision %d); the data it replaces is kept at %s", b.Path, b.Revision, aside))
 	if err := e.etcd.Restore(ctx, r.from, &b, aside); err != nil {
 		return fmt.Errorf("%w: etcd is stopped and its data restore failed: %v", errResumable, err)
 	}
-	fault.Hit(fault.AfterEtcdRestore)
+	e.hit(fault.AfterEtcdRestore)
 	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepEtcd, Component: nodestate.Etcd, Note: aside})
 }

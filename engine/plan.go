@@ -4,13 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
-
-	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/etcddata"
 
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -48,7 +43,7 @@ func (p *Plan) Changed() []string {
 // a component changes exactly when the release changes its render (or a
 // hand edit is to be overwritten). A release that changes nothing is
 // ErrNothingToDo.
-func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (*Plan, error) {
+func PlanUpgrade(store Manifests, st *nodestate.NodeState, rel *Release) (*Plan, error) {
 	to, err := rel.Apply(st)
 	if err != nil {
 		return nil, err
@@ -57,7 +52,7 @@ func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (
 	if err != nil {
 		return nil, err
 	}
-	if err := checkStrays(store, manifest.NamesFor(to)); err != nil {
+	if err := store.CheckShadows(manifest.NamesFor(to)); err != nil {
 		return nil, err
 	}
 	plan := &Plan{From: st, To: to}
@@ -89,7 +84,7 @@ func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (
 // empty when there is no manifest. A manifest that a snapshot restore would
 // refuse (it does not decode strictly as comp's pod) is an error: the
 // transaction could snapshot it but never roll back to it.
-func onDisk(store *manifest.Store, comp string) ([]byte, string, error) {
+func onDisk(store Manifests, comp string) ([]byte, string, error) {
 	b, err := store.Read(comp)
 	if errors.Is(err, manifest.ErrNoManifest) {
 		return nil, "", nil
@@ -107,45 +102,11 @@ func onDisk(store *manifest.Store, comp string) ([]byte, string, error) {
 	return b, manifest.RestartedAt(pod), nil
 }
 
-// checkStrays refuses a visible file in the manifest directory that is a
-// pod with the same namespace and name as a roster component's: kubelet
-// runs whichever file sorts last at every relist, so an upgrade would
-// commit and then be undone by that file (an operator's "kube-apiserver.yaml.bak").
-func checkStrays(store *manifest.Store, roster []string) error {
-	strays, err := store.Strays()
-	if err != nil {
-		return err
-	}
-	for _, f := range strays {
-		b, _, err := durable.ReadRegular(filepath.Join(store.Dir(), f))
-		if err != nil || len(b) > 10<<20 {
-			continue // a directory, a link kubelet follows to garbage, or too big for kubelet: not a pod it runs
-		}
-		var head struct {
-			Kind     string `json:"kind"`
-			Metadata struct {
-				Name      string `json:"name"`
-				Namespace string `json:"namespace"`
-			} `json:"metadata"`
-		}
-		if yaml.Unmarshal(b, &head) != nil || head.Kind != "Pod" {
-			continue
-		}
-		for _, comp := range roster {
-			if head.Metadata.Name == comp && head.Metadata.Namespace == metav1.NamespaceSystem {
-				return fmt.Errorf("%s in the manifest directory is a pod named %s/%s: kubelet runs it instead of %s at every relist and would undo the upgrade; move it out of %s and try again",
-					f, head.Metadata.Namespace, comp, manifest.FileName(comp), store.Dir())
-			}
-		}
-	}
-	return nil
-}
-
 // planFromSnapshot is the plan of a rollback-last: every component whose
 // manifest on disk differs from the retained snapshot's, but for the
 // restarted-at stamp, which is kept as on disk.
-func planFromSnapshot(store *manifest.Store, cur, old *nodestate.NodeState, snap *snapshot.Loaded) (*Plan, error) {
-	if err := checkStrays(store, manifest.NamesFor(old)); err != nil {
+func planFromSnapshot(store Manifests, cur, old *nodestate.NodeState, snap *snapshot.Loaded) (*Plan, error) {
+	if err := store.CheckShadows(manifest.NamesFor(old)); err != nil {
 		return nil, err
 	}
 	if err := checkEtcdDowngrade(cur, old); err != nil {

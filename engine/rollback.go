@@ -33,7 +33,7 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
 		return r.result(RollbackFailed, msg), fmt.Errorf("%w: %s. %s", ErrRollbackFailed, msg, e.rollbackFailedAdvice(r))
 	}
-	fault.Hit(fault.BeforeRolledBack)
+	e.hit(fault.BeforeRolledBack)
 	if err := e.j.Finish(r.txn.ID, journal.PhaseRolledBack, reason, nil); err != nil {
 		return r.result("", reason), fmt.Errorf("the rollback is done but could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` verifies it again and closes it", err)
 	}
@@ -120,10 +120,29 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		}
 	}
 	restart := r.restartSet(written)
-	// Every restart's mark and restarted-at stamp is journaled before the
-	// restore writes them, so the restore writes each manifest once, with
-	// its stamp (a fresh pod UID), and every process started from that
-	// write counts as after its mark.
+	last, err := e.rollbackMarks(ctx, r, snap, restart, restored)
+	if err != nil {
+		return err
+	}
+	if !restored {
+		if err := e.restoreSnapshot(ctx, r, derived, restart, last); err != nil {
+			return err
+		}
+	}
+	for _, comp := range restart {
+		if err := e.rollbackComponent(ctx, r, snap, comp); err != nil {
+			return err
+		}
+	}
+	return e.verifyRolledBack(ctx, r)
+}
+
+// rollbackMarks journals, in one write, a mark and a restarted-at stamp for
+// every component the rollback restarts, before the restore writes them: so
+// the restore writes each manifest once, with its stamp (a fresh pod UID),
+// and every process started from that write counts as after its mark. It
+// returns the latest mark, which the restore waits past.
+func (e *Engine) rollbackMarks(ctx context.Context, r *run, snap *snapshot.Loaded, restart []string, restored bool) (proc.Mark, error) {
 	var marks []journal.Record
 	var last proc.Mark
 	for _, comp := range restart {
@@ -132,7 +151,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		}
 		m, err := e.procs.Mark()
 		if err != nil {
-			return err
+			return last, err
 		}
 		stamp := e.store.Stamp()
 		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
@@ -147,7 +166,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 			stamp = rec.Stamp
 			e.settle(ctx, r.to, comp)
 			if m, err = e.procs.Mark(); err != nil {
-				return err
+				return last, err
 			}
 		}
 		last = m
@@ -155,67 +174,71 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	}
 	if len(marks) > 0 {
 		if err := e.append(r, journal.PhaseRollingBack, marks...); err != nil {
-			return err
+			return last, err
 		}
 	}
-	if !restored {
-		stamps := map[string]string{}
-		for _, comp := range restart {
-			if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
-				stamps[comp] = rec.Stamp
-			}
-		}
-		if err := e.procs.PastMark(ctx, last); err != nil {
-			return err
-		}
-		e.event(r.txn.ID, r.txn.Phase, "restore", "", "", "restoring the manifest snapshot "+r.txn.SnapshotDir)
-		res, err := snapshot.RestoreStamped(r.txn.SnapshotDir, e.store, derived, stamps)
-		if err != nil {
-			return err
-		}
-		if len(res.Strays) > 0 {
-			e.log.Warn("snapshot holds files that were not restored", "strays", res.Strays)
-		}
-		fault.Hit(fault.AfterRestore)
-		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepRestore}); err != nil {
-			return err
-		}
-	}
+	return last, nil
+}
+
+// restoreSnapshot writes the snapshot back, each restarted manifest with
+// its journaled stamp, once the clock is past the last mark, and journals
+// that it did.
+func (e *Engine) restoreSnapshot(ctx context.Context, r *run, derived, restart []string, last proc.Mark) error {
+	stamps := map[string]string{}
 	for _, comp := range restart {
-		if _, done := r.find(journal.PhaseRollingBack, stepDone, comp); done {
-			continue
+		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+			stamps[comp] = rec.Stamp
 		}
-		if _, held := snap.Manifest(comp); !held {
-			// The upgrade added it; the restore removed it. Wait for it to go.
-			t, err := manifest.Target(r.to, comp)
-			if err != nil {
-				return err
-			}
-			if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
-				return fmt.Errorf("%s: %w", comp, err)
-			}
-			if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp}); err != nil {
-				return err
-			}
-			continue
-		}
-		mark, _ := r.find(journal.PhaseRollingBack, stepMark, comp)
-		// The restore wrote the stamped bytes already; the step's write is
-		// a no-op unless a crash came between the restore and its record.
-		if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp); err != nil {
-			return err
-		}
-		ids, err := e.identity(r.from, comp)
+	}
+	if err := e.procs.PastMark(ctx, last); err != nil {
+		return err
+	}
+	e.event(r.txn.ID, r.txn.Phase, "restore", "", "", "restoring the manifest snapshot "+r.txn.SnapshotDir)
+	res, err := snapshot.RestoreStamped(r.txn.SnapshotDir, e.store, derived, stamps)
+	if err != nil {
+		return err
+	}
+	if len(res.Strays) > 0 {
+		e.log.Warn("snapshot holds files that were not restored", "strays", res.Strays)
+	}
+	e.hit(fault.AfterRestore)
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepRestore})
+}
+
+// rollbackComponent waits for comp to come back from the restored bytes (or,
+// when the upgrade added it, to go), and journals it done.
+func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.Loaded, comp string) error {
+	if _, done := r.find(journal.PhaseRollingBack, stepDone, comp); done {
+		return nil
+	}
+	if _, held := snap.Manifest(comp); !held {
+		// The upgrade added it; the restore removed it. Wait for it to go.
+		t, err := manifest.Target(r.to, comp)
 		if err != nil {
 			return err
 		}
-		fault.Hit(fault.AfterStep.InRollback(comp))
-		if err := e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Note: ids}); err != nil {
-			return err
+		if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
+			return fmt.Errorf("%s: %w", comp, err)
 		}
+		return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp})
 	}
-	// The rollback is verified like an upgrade: every component of the old
-	// roster answers, then none is replaced again during the soak.
+	mark, _ := r.find(journal.PhaseRollingBack, stepMark, comp)
+	// The restore wrote the stamped bytes already; the step's write is a
+	// no-op unless a crash came between the restore and its record.
+	if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp); err != nil {
+		return err
+	}
+	ids, err := e.identity(r.from, comp)
+	if err != nil {
+		return err
+	}
+	e.hit(fault.AfterStep.InRollback(comp))
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Note: ids})
+}
+
+// verifyRolledBack verifies the rollback like an upgrade: every component
+// of the old roster answers, then none is replaced again during the soak.
+func (e *Engine) verifyRolledBack(ctx context.Context, r *run) error {
 	roster := manifest.NamesFor(r.from)
 	for _, comp := range roster {
 		t, err := manifest.Target(r.from, comp)
@@ -228,9 +251,11 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	}
 	want := map[string]string{}
 	for _, comp := range roster {
-		if want[comp], err = e.identity(r.from, comp); err != nil {
+		id, err := e.identity(r.from, comp)
+		if err != nil {
 			return err
 		}
+		want[comp] = id
 	}
 	e.event(r.txn.ID, r.txn.Phase, "verify", "", fmt.Sprintf("%s soak", e.dl.Soak), fmt.Sprintf("verifying the rolled-back components for %s", e.dl.Soak))
 	return e.soak(ctx, r.from, roster, want)

@@ -1,22 +1,63 @@
 package engine
 
-// The engine works against these small interfaces; the real types
-// (*manifest.Store, *proc.Scanner, the etcd client) satisfy them, and the
-// in-memory kubelet model of the tests does too.
+// The engine works against three small interfaces: the manifest directory,
+// the process watcher and etcd's data. The real types (*manifest.Store,
+// *proc.Scanner, the etcd client) satisfy them; so does the in-memory
+// kubelet model the table-driven crash matrix runs on.
 
 import (
 	"context"
+	"time"
 
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/snapshot"
 )
+
+// Manifests is the manifest directory, of which the engine is the sole
+// writer through this interface. *manifest.Store satisfies it; see its
+// methods for the exact guarantees (every write atomic and durable).
+type Manifests interface {
+	snapshot.Store
+	Read(name string) ([]byte, error)
+	Put(name string, b []byte) (changed bool, err error)
+	Start(st *nodestate.NodeState, name string) error
+	RestartAsIs(name, stamp string) (changed bool, err error)
+	Stop(ctx context.Context, st *nodestate.NodeState, name string, timeout time.Duration) error
+	Stamp() string
+	// CheckShadows refuses a stray file that kubelet would run in place of
+	// a roster component's pod.
+	CheckShadows(roster []string) error
+}
+
+// Processes observes the component processes kubelet runs. *proc.Scanner
+// satisfies it; see package proc for identities and marks.
+type Processes interface {
+	Mark() (proc.Mark, error)
+	PastMark(ctx context.Context, m proc.Mark) error
+	PIDs(binary string) ([]proc.Process, error)
+	Active(ctx context.Context, t proc.Target) bool
+	WaitActive(ctx context.Context, t proc.Target, timeout time.Duration) error
+	WaitReplaced(ctx context.Context, t proc.Target, m proc.Mark, timeout time.Duration) error
+	WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error
+}
 
 // EtcdData backs up and restores the local etcd member's data. The default
 // uses the etcd client's snapshot API and etcdutl's restore library.
 type EtcdData interface {
 	Backup(ctx context.Context, st *nodestate.NodeState, path string) (*etcddata.Backup, error)
+	// CheckRestore checks everything Restore needs before etcd is stopped.
+	CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error
 	Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error
 }
+
+var (
+	_ Manifests = (*manifest.Store)(nil)
+	_ Processes = (*proc.Scanner)(nil)
+)
 
 type etcdData struct{}
 
@@ -24,6 +65,20 @@ func (etcdData) Backup(ctx context.Context, st *nodestate.NodeState, path string
 	return etcddata.Take(ctx, etcddata.Endpoint(st), path)
 }
 
+func (etcdData) CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error {
+	return etcddata.CheckRestore(st, b, asideDir)
+}
+
 func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error {
 	return etcddata.Restore(ctx, st, b, asideDir)
+}
+
+// hit is a fault point: fault.Hit (armed only in a stratumfault build),
+// then the engine's own crash hook, which only the in-memory crash matrix
+// sets (it stops the transaction there as a crash would).
+func (e *Engine) hit(p fault.Point) {
+	fault.Hit(p)
+	if e.crash != nil {
+		e.crash(p)
+	}
 }

@@ -39,7 +39,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 			return err
 		}
 	}
-	fault.Hit(fault.AfterSnapshot)
+	e.hit(fault.AfterSnapshot)
 	var backup []byte
 	if r.txn.Kind == journal.KindUpgrade && contains(r.txn.Changed, nodestate.Etcd) {
 		path := e.snaps.EtcdPath(r.txn.ID)
@@ -56,7 +56,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 		if backup, err = json.Marshal(b); err != nil {
 			return err
 		}
-		fault.Hit(fault.AfterEtcdBackup)
+		e.hit(fault.AfterEtcdBackup)
 	}
 	err := e.j.Update(r.txn.ID, func(t *journal.Txn) error {
 		t.Phase, t.SnapshotDir, t.EtcdBackup = journal.PhaseSnapshotted, dir, backup

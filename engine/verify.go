@@ -51,13 +51,13 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	if err := e.soak(ctx, r.to, roster, want); err != nil {
 		return err
 	}
-	fault.Hit(fault.BeforeCommit)
+	e.hit(fault.BeforeCommit)
 	if err := e.j.Commit(r.txn.ID, r.to, journal.Record{Phase: journal.PhaseCommitted, Step: stepVerify}); err != nil {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)
 	}
 	r.txn.Phase = journal.PhaseCommitted
 	e.event(r.txn.ID, journal.PhaseCommitted, "commit", "", "", "committed: node state is now "+r.to.KubernetesVersion)
-	fault.Hit(fault.AfterCommit)
+	e.hit(fault.AfterCommit)
 	return nil
 }
 

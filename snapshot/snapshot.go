@@ -52,6 +52,17 @@ const (
 // upgrade engine) tests for it with errors.Is.
 var ErrExists = errors.New("snapshot already exists")
 
+// Store is the manifest directory as a snapshot needs it: where the
+// manifests are, and the sole writer's staging path for putting them back.
+// *manifest.Store satisfies it.
+type Store interface {
+	Dir() string
+	Path(name string) string
+	Sweep() (manifest.SweepResult, error)
+	PutMode(name string, b []byte, perm fs.FileMode) (changed bool, err error)
+	Remove(name string) (removed bool, err error)
+}
+
 // ErrInvalid wraps every reason a snapshot is refused by Validate or Restore.
 var ErrInvalid = errors.New("invalid snapshot")
 
@@ -110,7 +121,7 @@ func (ix *Index) Manifests() []Entry {
 // nothing is left at dir and the staging directory is removed. A snapshot
 // already at dir is not retaken: ErrExists. A symlink or non-regular file
 // where a manifest or derived file belongs fails the snapshot.
-func Take(dir string, store *manifest.Store, derivedPaths []string) (*Index, error) {
+func Take(dir string, store Store, derivedPaths []string) (*Index, error) {
 	dir = filepath.Clean(dir)
 	parent := filepath.Dir(dir)
 	if _, err := os.Lstat(dir); err == nil {
@@ -153,7 +164,7 @@ func Take(dir string, store *manifest.Store, derivedPaths []string) (*Index, err
 // returns fails the copy (injected mid-snapshot failure).
 var copyHook func(name string) error
 
-func stage(staging string, store *manifest.Store, derivedPaths []string) (*Index, error) {
+func stage(staging string, store Store, derivedPaths []string) (*Index, error) {
 	for _, d := range []string{staging, filepath.Join(staging, manifestsDir), filepath.Join(staging, derivedDir)} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return nil, err
@@ -409,7 +420,7 @@ type RestoreResult struct {
 // equals the snapshot. Strays in the snapshot land nowhere and are reported.
 // Every write is atomic and durable and bytes already in place are not
 // rewritten, so a restore run twice writes nothing the second time.
-func Restore(dir string, store *manifest.Store, allowedDerived []string) (RestoreResult, error) {
+func Restore(dir string, store Store, allowedDerived []string) (RestoreResult, error) {
 	return RestoreStamped(dir, store, allowedDerived, nil)
 }
 
@@ -418,7 +429,7 @@ func Restore(dir string, store *manifest.Store, allowedDerived []string) (Restor
 // (manifest.SetRestartedAt): one write that both puts the snapshot back and
 // gives the pod a UID kubelet has not terminated before. Called again with
 // the same stamps it writes nothing.
-func RestoreStamped(dir string, store *manifest.Store, allowedDerived []string, stamps map[string]string) (RestoreResult, error) {
+func RestoreStamped(dir string, store Store, allowedDerived []string, stamps map[string]string) (RestoreResult, error) {
 	var res RestoreResult
 	l, err := Load(dir, allowedDerived)
 	if err != nil {
