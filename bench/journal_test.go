@@ -38,8 +38,8 @@ func TestMain(m *testing.M) {
 // which the engine writes in one Append.
 func stepRecords(i int) []journal.Record {
 	return []journal.Record{
-		{Phase: journal.PhaseApplying, Step: "done", Component: "kube-apiserver", Note: `[{"PID":12345,"StartTicks":987654}]`},
-		{Phase: journal.PhaseApplying, Step: "mark", Component: "kube-controller-manager", ProcMark: &proc.Mark{Ticks: uint64(123456 + i), BootID: "6d1a7e0c-4a4e-4f5b-9a55-0d7b0e7f1c2a"}},
+		{Phase: journal.PhaseApplying, Step: journal.StepDone, Component: "kube-apiserver", Processes: []proc.Process{{PID: 12345, StartTicks: 987654}}},
+		{Phase: journal.PhaseApplying, Step: journal.StepMark, Component: "kube-controller-manager", ProcMark: &proc.Mark{Ticks: uint64(123456 + i), BootID: "6d1a7e0c-4a4e-4f5b-9a55-0d7b0e7f1c2a"}},
 	}
 }
 

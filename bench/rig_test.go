@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -121,11 +120,7 @@ func (r *rig) doneRecord(txn, comp string) (journal.Record, []proc.Process, erro
 	}
 	for _, rec := range recs {
 		if rec.Phase == journal.PhaseApplying && rec.Step == "done" && rec.Component == comp {
-			var ps []proc.Process
-			if err := json.Unmarshal([]byte(rec.Note), &ps); err != nil {
-				return rec, nil, fmt.Errorf("done record of %s: %w", comp, err)
-			}
-			return rec, ps, nil
+			return rec, rec.Processes, nil
 		}
 	}
 	return journal.Record{}, nil, fmt.Errorf("transaction %s has no done record of %s", txn, comp)

@@ -93,7 +93,7 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: plan.Changed()})
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: plan.Changed(), Targets: plan.Targets()})
 	if err != nil {
 		return Result{}, err
 	}
@@ -188,7 +188,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	from, _ := cur.Marshal()
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed()})
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed(), Targets: plan.Targets()})
 	if err != nil {
 		return Result{}, err
 	}

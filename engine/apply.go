@@ -5,7 +5,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,16 +14,15 @@ import (
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
-	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
 // Steps of the journal records.
 const (
-	stepMark    = "mark"
-	stepDone    = "done"
-	stepRestore = "restored"
-	stepEtcd    = "etcd-restored"
-	stepVerify  = "verified"
+	stepMark    = journal.StepMark
+	stepDone    = journal.StepDone
+	stepRestore = journal.StepRestored
+	stepEtcd    = journal.StepEtcdRestored
+	stepVerify  = journal.StepVerified
 )
 
 // apply: snapshotted/applying -> verifying. For each changed component in
@@ -62,7 +60,7 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: stepDone, Component: comp, Note: ids}}
+		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: stepDone, Component: comp, Processes: ids}}
 		// The done record rides with the next write; a crash before it only
 		// repeats this component's (idempotent) step.
 		e.hit(fault.AfterStep.Of(comp))
@@ -141,33 +139,49 @@ func describeHealth(t proc.Target) string {
 }
 
 // writeTarget writes the bytes comp's manifest must hold in phase p: in an
-// upgrade the render of the new state; in a rollback-last the retained
-// snapshot's bytes; in a rollback the restored bytes with the journaled
-// restarted-at stamp.
+// upgrade the journaled target (derived files first); in a rollback-last the
+// journaled target with the mark's restarted-at stamp (an empty target
+// removes the manifest); in a rollback the restored bytes with the journaled
+// stamp.
 func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error {
-	switch {
-	case p == journal.PhaseRollingBack:
+	if p == journal.PhaseRollingBack {
 		_, err := e.store.RestartAsIs(comp, stamp)
 		return err
-	case r.txn.Kind == journal.KindRollbackLast:
-		snap, err := snapshot.Load(r.txn.Source, manifest.DerivedPaths(r.to))
-		if err != nil {
-			return err
-		}
-		b, ok := snap.Manifest(comp)
-		if !ok {
-			_, err := e.store.Remove(comp)
-			return err
-		}
-		out, err := manifest.SetRestartedAt(b, stamp)
-		if err != nil {
-			return err
-		}
-		_, err = e.store.Put(comp, out)
-		return err
-	default:
-		return e.store.Start(r.to, comp)
 	}
+	want, err := r.want(comp, stamp)
+	if err != nil {
+		return err
+	}
+	if want == nil {
+		_, err := e.store.Remove(comp)
+		return err
+	}
+	tg, _ := r.txn.Target(comp)
+	for _, d := range tg.Derived {
+		if _, err := manifest.WriteDerived(manifest.DerivedFile{Path: d.Path, Data: d.Data, Mode: d.Mode}); err != nil {
+			return err
+		}
+	}
+	if _, err := e.store.Sweep(); err != nil {
+		return err
+	}
+	_, err = e.store.Put(comp, want)
+	return err
+}
+
+// want is the exact bytes comp's manifest must hold after its step of an
+// upgrade or rollback-last (nil: no manifest), from the journaled target.
+func (r *run) want(comp, stamp string) ([]byte, error) {
+	tg, ok := r.txn.Target(comp)
+	if !ok {
+		return nil, fmt.Errorf("transaction %s has no target for %s: the journal is damaged", r.txn.ID, comp)
+	}
+	if len(tg.Manifest) == 0 || r.txn.Kind != journal.KindRollbackLast {
+		return tg.Manifest, nil
+	}
+	// The retained snapshot's bytes would give the pod a UID kubelet
+	// terminated in the upgrade; the mark's fresh stamp does not.
+	return manifest.SetRestartedAt(tg.Manifest, stamp)
 }
 
 // settle waits, bounded by the active deadline, until the process kubelet
@@ -196,49 +210,30 @@ func (e *Engine) targetOnDisk(r *run, p journal.Phase, comp, stamp string) (bool
 	if err != nil {
 		return false, err
 	}
-	pod, err := manifest.DecodePod(have)
-	if err != nil {
-		return false, nil
-	}
-	var want []byte
-	switch {
-	case p == journal.PhaseRollingBack:
-		return manifest.RestartedAt(pod) == stamp, nil
-	case r.txn.Kind == journal.KindRollbackLast:
-		snap, err := snapshot.Load(r.txn.Source, manifest.DerivedPaths(r.to))
+	if p == journal.PhaseRollingBack {
+		pod, err := manifest.DecodePod(have)
 		if err != nil {
-			return false, err
-		}
-		b, ok := snap.Manifest(comp)
-		if !ok {
 			return false, nil
 		}
-		if want, err = manifest.SetRestartedAt(b, stamp); err != nil {
-			return false, err
-		}
-	default:
-		prof, err := manifest.LoadProfile(r.to)
-		if err != nil {
-			return false, err
-		}
-		if want, err = manifest.RenderBytes(r.to, prof, comp, manifest.RestartedAt(pod)); err != nil {
-			return false, err
-		}
+		return manifest.RestartedAt(pod) == stamp, nil
 	}
-	return bytes.Equal(have, want), nil
+	want, err := r.want(comp, stamp)
+	if err != nil {
+		return false, err
+	}
+	return want != nil && bytes.Equal(have, want), nil
 }
 
-// identity is the JSON of comp's current processes, journaled with its step
-// so the soak can tell whether kubelet replaced it again.
-func (e *Engine) identity(st *nodestate.NodeState, comp string) (string, error) {
+// identity is comp's current processes, journaled with its step so the
+// soak can tell whether kubelet replaced it again.
+func (e *Engine) identity(st *nodestate.NodeState, comp string) ([]proc.Process, error) {
 	t, err := manifest.Target(st, comp)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	ps, err := e.procs.PIDs(t.Binary)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", comp, err)
+		return nil, fmt.Errorf("%s: %w", comp, err)
 	}
-	b, _ := json.Marshal(ps)
-	return string(b), nil
+	return ps, nil
 }

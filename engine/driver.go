@@ -37,7 +37,13 @@ func (e *Engine) load(txn *journal.Txn) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &run{txn: txn, from: from, to: to, recs: recs, started: time.Now()}, nil
+	r := &run{txn: txn, from: from, to: to, recs: recs, started: time.Now()}
+	if len(txn.Targets) == 0 && txn.Phase.Open() && txn.Phase != journal.PhaseRollingBack {
+		if err := e.pinTargets(r); err != nil {
+			return nil, fmt.Errorf("transaction %s: %w", txn.ID, err)
+		}
+	}
+	return r, nil
 }
 
 // drive moves the transaction through its phases until it ends or ctx does.
@@ -119,7 +125,7 @@ func (e *Engine) append(r *run, p journal.Phase, recs ...journal.Record) error {
 }
 
 // find returns the last record of phase p, step and component, if any.
-func (r *run) find(p journal.Phase, step, component string) (journal.Record, bool) {
+func (r *run) find(p journal.Phase, step journal.Step, component string) (journal.Record, bool) {
 	for i := len(r.recs) - 1; i >= 0; i-- {
 		rec := r.recs[i]
 		if rec.Phase == p && rec.Step == step && rec.Component == component {

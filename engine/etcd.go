@@ -57,5 +57,5 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 		return fmt.Errorf("%w: etcd is stopped and its data restore failed: %v", errResumable, err)
 	}
 	e.hit(fault.AfterEtcdRestore)
-	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepEtcd, Component: nodestate.Etcd, Note: aside})
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepEtcd, Component: nodestate.Etcd, AsideDir: aside})
 }

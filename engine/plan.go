@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/journal"
 
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -19,6 +20,26 @@ type Plan struct {
 	// Changes lists, in roster order, every component whose manifest bytes
 	// on disk differ from what the transaction would write.
 	Changes []Change
+	// Derived are the files kube-apiserver's manifest names besides the
+	// node state (the cis profile's admission configuration), rendered from
+	// the profile files as they were read once, at planning.
+	Derived []manifest.DerivedFile
+}
+
+// Targets are the exact bytes the transaction writes, journaled when it
+// begins: every write and every resume writes these. kube-apiserver's
+// target carries the derived files, which are written before it.
+func (p *Plan) Targets() []journal.Target {
+	out := make([]journal.Target, len(p.Changes))
+	for i, c := range p.Changes {
+		out[i] = journal.Target{Component: c.Component, Manifest: c.After}
+		if c.Component == nodestate.KubeAPIServer {
+			for _, d := range p.Derived {
+				out[i].Derived = append(out[i].Derived, journal.File{Path: d.Path, Data: d.Data, Mode: d.Mode})
+			}
+		}
+	}
+	return out
 }
 
 // Change is one component's manifest before and after.
@@ -55,7 +76,11 @@ func PlanUpgrade(store Manifests, st *nodestate.NodeState, rel *Release) (*Plan,
 	if err := store.CheckShadows(manifest.NamesFor(to)); err != nil {
 		return nil, err
 	}
-	plan := &Plan{From: st, To: to}
+	derived, err := manifest.DerivedFiles(to, prof)
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{From: st, To: to, Derived: derived}
 	for _, comp := range manifest.NamesFor(to) {
 		before, stamp, err := onDisk(store, comp)
 		if err != nil {

@@ -233,7 +233,7 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.L
 		return err
 	}
 	e.hit(fault.AfterStep.InRollback(comp))
-	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Note: ids})
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Processes: ids})
 }
 
 // verifyRolledBack verifies the rollback like an upgrade: every component
@@ -249,7 +249,7 @@ func (e *Engine) verifyRolledBack(ctx context.Context, r *run) error {
 			return fmt.Errorf("after rollback, %s: %w", comp, err)
 		}
 	}
-	want := map[string]string{}
+	want := map[string][]proc.Process{}
 	for _, comp := range roster {
 		id, err := e.identity(r.from, comp)
 		if err != nil {

@@ -5,6 +5,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/fault"
@@ -35,11 +37,11 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 			return fmt.Errorf("verify: %s: %w", comp, err)
 		}
 	}
-	want := map[string]string{}
+	want := map[string][]proc.Process{}
 	for _, comp := range r.txn.Changed {
 		rec, ok := r.find(journal.PhaseApplying, stepDone, comp)
 		if ok && rec.BootID == boot.BootID {
-			want[comp] = rec.Note
+			want[comp] = rec.Processes
 			continue
 		}
 		// The step was done in another boot: every process is new, so the
@@ -64,7 +66,7 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 // soak checks the roster repeatedly for the soak window: every component
 // active (three failed checks in a row fail it: one slow answer is not a
 // crash loop) and every component in want still the processes it names.
-func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []string, want map[string]string) error {
+func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []string, want map[string][]proc.Process) error {
 	targets := make([]proc.Target, len(roster))
 	for i, comp := range roster {
 		t, err := manifest.Target(st, comp)
@@ -82,8 +84,8 @@ func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []str
 				if err != nil {
 					return err
 				}
-				if now != w {
-					return fmt.Errorf("%s was replaced during the %s soak window (processes %s, now %s): it is crash-looping or kubelet restarted it", comp, e.dl.Soak, w, now)
+				if !slices.Equal(now, w) {
+					return fmt.Errorf("%s was replaced during the %s soak window (processes %s, now %s): it is crash-looping or kubelet restarted it", comp, e.dl.Soak, pids(w), pids(now))
 				}
 			}
 			if e.procs.Active(ctx, targets[i]) {
@@ -104,4 +106,16 @@ func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []str
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// pids is processes as an operator reads them: "pid 41 (started at tick 9)".
+func pids(ps []proc.Process) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = fmt.Sprintf("pid %d (started at tick %d)", p.PID, p.StartTicks)
+	}
+	return strings.Join(out, ", ")
 }

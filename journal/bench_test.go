@@ -55,13 +55,13 @@ func benchAppend(b *testing.B, recs ...Record) {
 
 // BenchmarkAppend is one journaled record: the mark before a manifest write.
 func BenchmarkAppend(b *testing.B) {
-	benchAppend(b, Record{Step: "mark", Component: "kube-apiserver", ProcMark: &proc.Mark{Ticks: 123456, BootID: "bench-boot"}, Stamp: "2026-12-02T13:04:05Z"})
+	benchAppend(b, Record{Step: StepMark, Component: "kube-apiserver", ProcMark: &proc.Mark{Ticks: 123456, BootID: "bench-boot"}, Stamp: "2026-12-02T13:04:05Z"})
 }
 
 // BenchmarkAppendStep is an engine step boundary: "step i done" and "step
 // i+1 started" in one Append, which must stay one commit.
 func BenchmarkAppendStep(b *testing.B) {
 	benchAppend(b,
-		Record{Step: "done", Component: "kube-apiserver"},
-		Record{Step: "mark", Component: "kube-controller-manager", ProcMark: &proc.Mark{Ticks: 123456, BootID: "bench-boot"}, Stamp: "2026-12-02T13:04:05Z"})
+		Record{Step: StepDone, Component: "kube-apiserver"},
+		Record{Step: StepMark, Component: "kube-controller-manager", ProcMark: &proc.Mark{Ticks: 123456, BootID: "bench-boot"}, Stamp: "2026-12-02T13:04:05Z"})
 }

@@ -743,6 +743,9 @@ func appendRecords(tx *bolt.Tx, id string, phase Phase, now time.Time, bootID st
 		if err := checkPhase(r.Phase); err != nil {
 			return nil, fmt.Errorf("record %d (%s): %w", i, r.Step, err)
 		}
+		if !r.Step.Known() {
+			return nil, fmt.Errorf("record %d: unknown step %q (known: %v)", i, r.Step, Steps)
+		}
 		seq, err := b.NextSequence()
 		if err != nil {
 			return nil, err

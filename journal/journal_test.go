@@ -191,13 +191,13 @@ func TestOpenRefuses(t *testing.T) {
 		{
 			name:  "newer schema",
 			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 99) },
-			want:  []string{"schema version 99", "version 1 that this stratum-upgrade knows", "nothing was written"},
+			want:  []string{"schema version 99", "version 2 that this stratum-upgrade knows", "nothing was written"},
 		},
 		{
 			name:  "newer schema read-only",
-			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 2) },
+			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 3) },
 			opt:   Options{ReadOnly: true},
-			want:  []string{"schema version 2", "version 1"},
+			want:  []string{"schema version 3", "version 2"},
 		},
 		{
 			name:  "missing read-only",
@@ -320,7 +320,7 @@ func TestLifecycle(t *testing.T) {
 
 	// A manifest write step: the mark before it, then "written + next started" in one commit.
 	mark := &proc.Mark{Ticks: 12345, BootID: "boot-A"}
-	recs, err := j.Append(txn.ID, PhaseSnapshotted, Record{Step: "snapshot", Note: "dir"})
+	recs, err := j.Append(txn.ID, PhaseSnapshotted, Record{Step: StepEtcdRestored, AsideDir: "dir"})
 	must(t, err)
 	if len(recs) != 1 || recs[0].Seq != 1 || recs[0].BootID != "boot-A" || recs[0].Phase != PhaseSnapshotted || recs[0].Time.IsZero() {
 		t.Errorf("Append returned %+v", recs)
@@ -330,13 +330,13 @@ func TestLifecycle(t *testing.T) {
 		t.EtcdBackup = []byte(`{"path":"/x.db"}`)
 		t.Phase = PhaseApplying
 		return nil
-	}, Record{Step: "mark", Component: "kube-apiserver", ProcMark: mark, Stamp: "2026-12-02T13:05:00Z"}))
+	}, Record{Step: StepMark, Component: "kube-apiserver", ProcMark: mark, Stamp: "2026-12-02T13:05:00Z"}))
 
 	c0 := j.Commits()
 	boot.set("boot-B") // a reboot between writes: later records carry the new id
 	recs, err = j.Append(txn.ID, PhaseApplying,
-		Record{Step: "done", Component: "kube-apiserver"},
-		Record{Step: "mark", Component: "kube-scheduler", ProcMark: &proc.Mark{Ticks: 99, BootID: "boot-B"}})
+		Record{Step: StepDone, Component: "kube-apiserver"},
+		Record{Step: StepMark, Component: "kube-scheduler", ProcMark: &proc.Mark{Ticks: 99, BootID: "boot-B"}})
 	must(t, err)
 	if d := j.Commits() - c0; d != 1 {
 		t.Errorf("Append of two records took %d commits, want 1", d)
@@ -347,7 +347,7 @@ func TestLifecycle(t *testing.T) {
 
 	all, err := j.Records(txn.ID)
 	must(t, err)
-	wantSteps := []string{"snapshot", "mark", "done", "mark"}
+	wantSteps := []Step{StepEtcdRestored, StepMark, StepDone, StepMark}
 	wantBoots := []string{"boot-A", "boot-A", "boot-B", "boot-B"}
 	if len(all) != len(wantSteps) {
 		t.Fatalf("Records() = %+v", all)
@@ -366,7 +366,7 @@ func TestLifecycle(t *testing.T) {
 
 	// Commit: state, phase, Ended, open marker and the last record in one commit.
 	c0 = j.Commits()
-	must(t, j.Commit(txn.ID, to, Record{Step: "commit"}))
+	must(t, j.Commit(txn.ID, to, Record{Step: StepVerified}))
 	if d := j.Commits() - c0; d != 1 {
 		t.Errorf("Commit took %d commits, want 1", d)
 	}
@@ -391,14 +391,14 @@ func TestLifecycle(t *testing.T) {
 	}
 	all, err = j.Records(txn.ID)
 	must(t, err)
-	if len(all) != 5 || all[4].Step != "commit" || all[4].Phase != PhaseCommitted || all[4].BootID != "boot-B" {
+	if len(all) != 5 || all[4].Step != StepVerified || all[4].Phase != PhaseCommitted || all[4].BootID != "boot-B" {
 		t.Errorf("records after Commit and reopen = %+v", all)
 	}
 
 	// A closed transaction never changes.
 	c0 = j.Commits()
 	closedOps := map[string]func() error{
-		"Append":      func() error { _, err := j.Append(txn.ID, PhaseApplying, Record{Step: "x"}); return err },
+		"Append":      func() error { _, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepMark}); return err },
 		"Append none": func() error { _, err := j.Append(txn.ID, PhaseRollingBack); return err },
 		"Update":      func() error { return j.Update(txn.ID, func(t *Txn) error { t.Phase = PhaseApplying; return nil }) },
 		"Update same": func() error { return j.Update(txn.ID, func(t *Txn) error { return nil }) },
@@ -417,9 +417,9 @@ func TestLifecycle(t *testing.T) {
 	// A second transaction that rolls back leaves the node state alone.
 	txn2, err := j.Begin(Txn{Kind: KindRollbackLast, From: toYAML, To: fromYAML})
 	must(t, err)
-	_, err = j.Append(txn2.ID, PhaseRollingBack, Record{Step: "restore", Component: "kube-apiserver"})
+	_, err = j.Append(txn2.ID, PhaseRollingBack, Record{Step: StepRestored, Component: "kube-apiserver"})
 	must(t, err)
-	must(t, j.Finish(txn2.ID, PhaseRolledBack, "kube-apiserver did not become active", []byte(`{"k":1}`), Record{Step: "rolled-back"}))
+	must(t, j.Finish(txn2.ID, PhaseRolledBack, "kube-apiserver did not become active", []byte(`{"k":1}`), Record{Step: StepRestored}))
 	got, err = j.NodeState()
 	must(t, err)
 	if !reflect.DeepEqual(got, to) {
@@ -458,7 +458,7 @@ func TestRefusedWritesStoreNothing(t *testing.T) {
 	j := openTest(t, path, Options{BootID: func() (string, error) { return "b", nil }})
 	txn, err := j.Begin(Txn{Kind: KindUpgrade})
 	must(t, err)
-	_, err = j.Append(txn.ID, PhaseApplying, Record{Step: "mark"})
+	_, err = j.Append(txn.ID, PhaseApplying, Record{Step: StepMark})
 	must(t, err)
 	bad := testState(t, "v1.34.5")
 	bad.NodeName = "Not A DNS Name"
@@ -471,7 +471,7 @@ func TestRefusedWritesStoreNothing(t *testing.T) {
 		"terminal phase Append": func() error { _, err := j.Append(txn.ID, PhaseCommitted); return err },
 		"bad record phase":      func() error { _, err := j.Append(txn.ID, PhaseApplying, Record{Phase: "x"}); return err },
 		"Update fn error": func() error {
-			return j.Update(txn.ID, func(t *Txn) error { t.Reason = "half"; return errors.New("engine said no") }, Record{Step: "x"})
+			return j.Update(txn.ID, func(t *Txn) error { t.Reason = "half"; return errors.New("engine said no") }, Record{Step: StepMark})
 		},
 		"Update changes id":     func() error { return j.Update(txn.ID, func(t *Txn) error { t.ID = "other"; return nil }) },
 		"Update changes kind":   func() error { return j.Update(txn.ID, func(t *Txn) error { t.Kind = KindRollbackLast; return nil }) },
@@ -517,7 +517,7 @@ func TestBootIDFailureStoresNothing(t *testing.T) {
 	j := openTest(t, filepath.Join(t.TempDir(), "stratum.db"), Options{BootID: func() (string, error) { return "", errors.New("no /proc") }})
 	txn, err := j.Begin(Txn{Kind: KindUpgrade})
 	must(t, err)
-	if _, err := j.Append(txn.ID, PhaseApplying, Record{Step: "mark"}); err == nil || !strings.Contains(err.Error(), "no /proc") {
+	if _, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepMark}); err == nil || !strings.Contains(err.Error(), "no /proc") {
 		t.Errorf("Append without a boot id: %v", err)
 	}
 	if got, _ := j.Txn(txn.ID); got.Phase != PhasePlanned {
@@ -533,7 +533,7 @@ func TestDefaultBootID(t *testing.T) {
 	j := openTest(t, filepath.Join(t.TempDir(), "stratum.db"), Options{})
 	txn, err := j.Begin(Txn{Kind: KindUpgrade})
 	must(t, err)
-	recs, err := j.Append(txn.ID, PhaseApplying, Record{Step: "mark"})
+	recs, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepMark})
 	must(t, err)
 	if recs[0].BootID != strings.TrimSpace(string(want)) {
 		t.Errorf("BootID = %q, want %q", recs[0].BootID, want)
@@ -555,7 +555,7 @@ func TestValuesAreCopies(t *testing.T) {
 	from[0], changed[0] = 'X', "X" // the caller's slices, after Begin
 	txn.From[1], txn.Changed = 'Y', nil
 	mark := &proc.Mark{Ticks: 1, BootID: "boot"}
-	recs, err := j.Append(txn.ID, PhaseApplying, Record{Step: "mark", ProcMark: mark})
+	recs, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepMark, ProcMark: mark})
 	must(t, err)
 	mark.Ticks = 2
 	recs[0].ProcMark.Ticks = 3
@@ -585,7 +585,7 @@ func TestValuesAreCopies(t *testing.T) {
 
 	// Churn pages, then unmap them.
 	for i := range 200 {
-		_, err := j.Append(txn.ID, PhaseApplying, Record{Step: "churn", Note: strings.Repeat("n", i*10)})
+		_, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepMark, Stamp: strings.Repeat("n", i*10)})
 		must(t, err)
 	}
 	must(t, j.Close())

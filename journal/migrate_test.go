@@ -49,7 +49,7 @@ func TestMigrateV0(t *testing.T) {
 	created := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
 	j, err := Open(path, Options{Now: func() time.Time { return created }})
 	must(t, err)
-	if v, err := j.SchemaVersion(); err != nil || v != 1 {
+	if v, err := j.SchemaVersion(); err != nil || v != currentVersion {
 		t.Errorf("SchemaVersion() after migration = %d, %v", v, err)
 	}
 	st, err := j.NodeState()
@@ -74,8 +74,8 @@ func TestMigrateV0(t *testing.T) {
 		if meta == nil {
 			t.Fatal("no meta bucket")
 		}
-		if v := meta.Get(keySchemaVersion); len(v) != 8 || binary.BigEndian.Uint64(v) != 1 {
-			t.Errorf("meta/schema_version = %x, want 8-byte big-endian 1", v)
+		if v := meta.Get(keySchemaVersion); len(v) != 8 || binary.BigEndian.Uint64(v) != currentVersion {
+			t.Errorf("meta/schema_version = %x, want 8-byte big-endian %d", currentVersion, v)
 		}
 		if v := string(meta.Get(keyCreatedAt)); v != created.Format(time.RFC3339Nano) {
 			t.Errorf("meta/created_at = %q", v)
@@ -98,7 +98,7 @@ func TestMigrateV0Empty(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "stratum.db")
 			setup(t, path)
 			j := openTest(t, path, Options{})
-			if v, err := j.SchemaVersion(); err != nil || v != 1 {
+			if v, err := j.SchemaVersion(); err != nil || v != currentVersion {
 				t.Errorf("SchemaVersion() = %d, %v", v, err)
 			}
 			if _, err := j.NodeState(); !errors.Is(err, ErrNoState) {

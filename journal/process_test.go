@@ -51,7 +51,7 @@ func child(mode, path string) int {
 	case "crash":
 		txn, err := j.Begin(Txn{Kind: KindUpgrade, Changed: []string{"kube-apiserver"}})
 		if err == nil {
-			_, err = j.Append(txn.ID, PhaseApplying, Record{Step: "written", Component: "kube-apiserver", Stamp: "s1"})
+			_, err = j.Append(txn.ID, PhaseApplying, Record{Step: StepMark, Component: "kube-apiserver", Stamp: "s1"})
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -211,7 +211,7 @@ func TestAppendSurvivesKill(t *testing.T) {
 	}
 	recs, err := j.Records(id)
 	must(t, err)
-	if len(recs) != 1 || recs[0].Step != "written" || recs[0].Stamp != "s1" || recs[0].BootID != "boot-child" {
+	if len(recs) != 1 || recs[0].Step != StepMark || recs[0].Stamp != "s1" || recs[0].BootID != "boot-child" {
 		t.Errorf("records after the crash = %+v", recs)
 	}
 }

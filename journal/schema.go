@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 1 (the current one).
+Schema of the journal file, version 2 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (1)
+	    schema_version            uint64: the schema version of this file (2)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -22,12 +22,16 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	                              Txn) plus "seq", the txns bucket sequence at
 	                              Begin, which orders History. Ids look like
 	                              20261202T130405Z-1a2b: the UTC time of Begin
-	                              and 4 random hex digits.
+	                              and 4 random hex digits. "targets" holds the
+	                              exact bytes the txn writes (Target, File),
+	                              fixed at Begin.
 
 	records                       bucket
 	    <txn id>                  nested bucket, one per txn, created by Begin;
 	                              its bbolt sequence numbers its records
-	        <seq>                 uint64 1, 2, ... -> JSON of Record
+	        <seq>                 uint64 1, 2, ... -> JSON of Record: "step"
+	                              is one of Steps; "processes" (done) and
+	                              "asideDir" (etcd-restored) are typed fields
 
 	open                          bucket
 	    txn                       id of the open transaction; absent when no
@@ -48,6 +52,12 @@ freshly created, empty bbolt file is also version 0 (with no buckets at
 all) and goes through the same migration. A version-0 file with any bucket
 other than "nodestate" is not a stratum journal and is refused.
 
+Version 1 stored a record's payload in one untyped string, "note": the JSON
+of the component's processes in a done record, the aside directory in an
+etcd-restored record. Version 2 moves them into "processes" and "asideDir"
+and refuses any step it does not know; version-1 txns have no "targets"
+(the engine pins them when it resumes such a txn).
+
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
 after each, so a crash leaves the file at its old version. A file whose
@@ -58,6 +68,7 @@ the newer fields mean.
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -65,7 +76,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 1
+const currentVersion = 2
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -98,6 +109,7 @@ type migration struct {
 // currentVersion (checked by a test).
 var migrations = []migration{
 	{name: "v0 to v1: versioned layout with transactions", run: migrateV0toV1},
+	{name: "v1 to v2: typed record steps and payloads", run: migrateV1toV2},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release
@@ -140,6 +152,65 @@ func migrateV0toV1(tx *bolt.Tx, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// recordV1 is a version-1 record: today's fields but for the payload,
+// which version 1 kept in Note.
+type recordV1 struct {
+	Record
+	Note string `json:"note,omitempty"`
+}
+
+// migrateV1toV2 rewrites every record: a done record's note (the JSON of
+// its processes) becomes Processes, an etcd-restored record's note (the
+// aside directory) becomes AsideDir. A record with an unknown step, or a
+// note where version 1 never wrote one, is refused: the file is not one
+// this binary understands.
+func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
+	all := tx.Bucket(bucketRecords)
+	if all == nil {
+		return fmt.Errorf("no %s bucket", bucketRecords)
+	}
+	return all.ForEachBucket(func(id []byte) error {
+		b := all.Bucket(id)
+		type kv struct{ k, v []byte }
+		var out []kv
+		err := b.ForEach(func(k, v []byte) error {
+			var r recordV1
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("records/%s/%x: %w", id, k, err)
+			}
+			if !r.Step.Known() {
+				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
+			}
+			switch {
+			case r.Note == "":
+			case r.Step == StepDone:
+				if err := json.Unmarshal([]byte(r.Note), &r.Processes); err != nil {
+					return fmt.Errorf("records/%s/%x: done note: %w", id, k, err)
+				}
+			case r.Step == StepEtcdRestored:
+				r.AsideDir = r.Note
+			default:
+				return fmt.Errorf("records/%s/%x: step %s has a note %q, which version 1 never wrote", id, k, r.Step, r.Note)
+			}
+			nv, err := json.Marshal(r.Record)
+			if err != nil {
+				return err
+			}
+			out = append(out, kv{clone(k), nv})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range out {
+			if err := b.Put(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // readVersion returns the schema version of the file tx reads: 0 without a

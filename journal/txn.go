@@ -2,6 +2,8 @@ package journal
 
 import (
 	"fmt"
+	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/proc"
@@ -79,7 +81,13 @@ type Txn struct {
 	// Source is the retained snapshot directory a rollback-last puts back.
 	Source string `json:"source,omitempty"`
 	// Changed is the components whose manifest changes, in roster order.
-	Changed     []string `json:"changed,omitempty"`
+	Changed []string `json:"changed,omitempty"`
+	// Targets are the exact bytes the transaction writes, one per changed
+	// component, fixed when it was planned: every write and every resume
+	// writes these, whatever the profile files or the binary's renderer say
+	// later. Absent in a transaction begun by a schema-1 binary; the engine
+	// then pins them on its first resume.
+	Targets     []Target `json:"targets,omitempty"`
 	SnapshotDir string   `json:"snapshotDir,omitempty"`
 	// EtcdBackup is opaque to the journal (the engine stores JSON: path,
 	// hash, size, revision).
@@ -110,15 +118,70 @@ type Record struct {
 	// Phase is the phase the record belongs to. Empty means the phase the
 	// write that carries it sets.
 	Phase Phase `json:"phase"`
-	// Step is opaque to the journal; the engine writes "mark", "done",
-	// "restored", "etcd-restored" and "verified" (docs/journal.md).
-	Step      string `json:"step,omitempty"`
+	// Step says what happened; one of Steps.
+	Step      Step   `json:"step,omitempty"`
 	Component string `json:"component,omitempty"`
-	// ProcMark is the mark taken before a manifest write.
+	// ProcMark is the mark taken before a manifest write (StepMark).
 	ProcMark *proc.Mark `json:"procMark,omitempty"`
-	// Stamp is the restarted-at value the engine chose.
+	// Stamp is the restarted-at value the engine chose (StepMark).
 	Stamp string `json:"stamp,omitempty"`
-	Note  string `json:"note,omitempty"`
+	// Processes are the component's processes once it answered (StepDone):
+	// the soak tells a crash loop by a change of them.
+	Processes []proc.Process `json:"processes,omitempty"`
+	// AsideDir is where the data dir etcd ran on was moved when its backup
+	// was restored (StepEtcdRestored).
+	AsideDir string `json:"asideDir,omitempty"`
+}
+
+// Step is what a Record says happened.
+type Step string
+
+// The steps of the records the engine writes (docs/architecture.md).
+const (
+	// StepMark: a process mark taken before a component's manifest write.
+	StepMark Step = "mark"
+	// StepDone: a component was replaced and answered.
+	StepDone Step = "done"
+	// StepRestored: the manifest snapshot was written back.
+	StepRestored Step = "restored"
+	// StepEtcdRestored: etcd's data was restored from its backup.
+	StepEtcdRestored Step = "etcd-restored"
+	// StepVerified: the transaction passed its soak and committed.
+	StepVerified Step = "verified"
+)
+
+// Steps is every step. Callers must not modify it.
+var Steps = []Step{StepMark, StepDone, StepRestored, StepEtcdRestored, StepVerified}
+
+// Known reports whether s is one of Steps.
+func (s Step) Known() bool { return slices.Contains(Steps, s) }
+
+// Target is what a transaction writes for one component.
+type Target struct {
+	Component string `json:"component"`
+	// Manifest is the manifest's exact bytes; empty means the transaction
+	// removes the component's manifest.
+	Manifest []byte `json:"manifest,omitempty"`
+	// Derived are files written before the manifest (kube-apiserver's
+	// admission configuration under the cis profile).
+	Derived []File `json:"derived,omitempty"`
+}
+
+// File is a file's path, exact bytes and permission bits.
+type File struct {
+	Path string      `json:"path"`
+	Data []byte      `json:"data"`
+	Mode fs.FileMode `json:"mode"`
+}
+
+// Target returns the target of comp, if the transaction has one.
+func (t *Txn) Target(comp string) (Target, bool) {
+	for _, tg := range t.Targets {
+		if tg.Component == comp {
+			return tg, true
+		}
+	}
+	return Target{}, false
 }
 
 // checkPhase returns an error unless p is a known phase.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -125,13 +126,13 @@ func (g *globals) showTxn(j *journal.Journal, id string) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tPHASE\tSTEP\tCOMPONENT\tMARK\tSTAMP\tNOTE")
+	fmt.Fprintln(tw, "SEQ\tTIME\tPHASE\tSTEP\tCOMPONENT\tMARK\tSTAMP\tDETAIL")
 	for _, r := range recs {
 		mark := "-"
 		if r.ProcMark != nil {
 			mark = fmt.Sprintf("tick %d", r.ProcMark.Ticks)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format(time.RFC3339Nano), r.Phase, orDash(r.Step), orDash(r.Component), mark, orDash(r.Stamp), orDash(r.Note))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format(time.RFC3339Nano), r.Phase, orDash(string(r.Step)), orDash(r.Component), mark, orDash(r.Stamp), orDash(recordDetail(r)))
 	}
 	return tw.Flush()
 }
@@ -244,4 +245,20 @@ func newVersionCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+}
+
+// recordDetail is a record's payload as an operator reads it: the
+// processes of a done step, the aside directory of an etcd restore.
+func recordDetail(r journal.Record) string {
+	switch {
+	case len(r.Processes) > 0:
+		out := make([]string, len(r.Processes))
+		for i, p := range r.Processes {
+			out[i] = fmt.Sprintf("pid %d@%d", p.PID, p.StartTicks)
+		}
+		return strings.Join(out, ",")
+	case r.AsideDir != "":
+		return "aside " + r.AsideDir
+	}
+	return ""
 }
