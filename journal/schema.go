@@ -60,7 +60,8 @@ and refuses any step it does not know; version-1 txns have no "targets"
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
-after each, so a crash leaves the file at its old version. A file whose
+after each, so a crash leaves the file at its old version. A read-only Open
+migrates nothing: it refuses a file that needs a migration. A file whose
 version is newer than currentVersion is refused without writing anything:
 it was written by a newer stratum-upgrade, and this binary cannot know what
 the newer fields mean.

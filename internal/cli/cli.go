@@ -71,16 +71,33 @@ const (
 	SnapshotsDir = "snapshots"
 )
 
-const exitCodesHelp = `Exit codes:
-  0  committed, done, or nothing to do
-  1  error (I/O, unusable state directory, damaged journal, no node state yet)
-  2  bad usage (flags, missing --to, malformed release or node state file,
-     unknown component in a release)
-  3  the upgrade failed and was rolled back: the node runs what it ran before
-  4  the upgrade failed and so did its rollback: the node needs an operator
-  5  busy: another stratum-upgrade holds the journal, or a transaction is
-     open (resume or roll it back first)
-  6  interrupted by SIGINT/SIGTERM: the transaction stays open; run resume`
+// exitCodes is every exit code with its summary in the --help text, in
+// order. docs/cli.md holds the full table; TestDocsExitCodes keeps both
+// in step with the constants above. A "\n" in a summary continues it on
+// the next line of the help.
+var exitCodes = []struct {
+	code    int
+	summary string
+}{
+	{ExitOK, "committed, done, or nothing to do"},
+	{ExitError, "error (I/O, unusable state directory, damaged journal, no node state yet)"},
+	{ExitUsage, "bad usage (flags, missing --to, malformed release or node state file,\nunknown component in a release)"},
+	{ExitRolledBack, "the upgrade failed and was rolled back: the node runs what it ran before"},
+	{ExitRollbackFailed, "the upgrade failed and so did its rollback: the node needs an operator"},
+	{ExitBusy, "busy: another stratum-upgrade holds the journal, or a transaction is\nopen (resume or roll it back first)"},
+	{ExitInterrupted, "interrupted by SIGINT/SIGTERM: the transaction stays open; run resume"},
+}
+
+// exitCodesHelp is the exit-code list of the --help texts, made from
+// exitCodes.
+var exitCodesHelp = func() string {
+	var b strings.Builder
+	b.WriteString("Exit codes:")
+	for _, c := range exitCodes {
+		fmt.Fprintf(&b, "\n  %d  %s", c.code, strings.ReplaceAll(c.summary, "\n", "\n     "))
+	}
+	return b.String()
+}()
 
 // usageError is an error the user fixes in the command line or an input
 // file: exit code 2.
