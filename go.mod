@@ -18,6 +18,7 @@ require (
 	go.etcd.io/etcd/etcdutl/v3 v3.6.5
 	go.uber.org/zap v1.27.0
 	golang.org/x/sys v0.49.0
+	google.golang.org/protobuf v1.36.5
 	k8s.io/api v0.34.4
 	k8s.io/apimachinery v0.34.4
 	sigs.k8s.io/yaml v1.6.0
@@ -68,7 +69,6 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/grpc v1.71.1 // indirect
-	google.golang.org/protobuf v1.36.5 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
