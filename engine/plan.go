@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/durable"
@@ -176,7 +177,9 @@ func planFromSnapshot(store *manifest.Store, cur, old *nodestate.NodeState, snap
 }
 
 // etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.5-0"
-// -> 3, 6), false when the reference has no parseable tag.
+// -> 3, 6), false when the reference has no parseable tag. The tag is a
+// generic version (an optional "v", two or more dot-separated numbers,
+// anything after them ignored).
 func etcdMinor(image string) (int, int, bool) {
 	ref := image
 	if i := strings.Index(ref, "@"); i >= 0 {
@@ -186,11 +189,11 @@ func etcdMinor(image string) (int, int, bool) {
 	if i < 0 || strings.Contains(ref[i:], "/") {
 		return 0, 0, false
 	}
-	var major, minor int
-	if _, err := fmt.Sscanf(strings.TrimPrefix(ref[i+1:], "v"), "%d.%d", &major, &minor); err != nil {
+	v, err := version.ParseGeneric(ref[i+1:])
+	if err != nil {
 		return 0, 0, false
 	}
-	return major, minor, true
+	return int(v.Major()), int(v.Minor()), true
 }
 
 // checkEtcdDowngrade refuses to put back an etcd of a lower minor version:

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -32,8 +31,6 @@ type Release struct {
 	Images            map[string]string `json:"images"`
 }
 
-var releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-
 // ParseRelease strictly decodes and validates a release document. An unknown
 // field, an unknown component, an empty image or a malformed version is an
 // error that names it.
@@ -49,7 +46,7 @@ func ParseRelease(b []byte) (*Release, error) {
 	if r.APIVersion != ReleaseAPIVersion || r.Kind != ReleaseKind {
 		problems = append(problems, fmt.Sprintf("apiVersion/kind must be %s/%s, got %q/%q", ReleaseAPIVersion, ReleaseKind, r.APIVersion, r.Kind))
 	}
-	if !releaseVersion.MatchString(r.KubernetesVersion) {
+	if _, err := nodestate.ParseKubernetesVersion(r.KubernetesVersion); err != nil {
 		problems = append(problems, fmt.Sprintf("kubernetesVersion: must look like v1.34.5, got %q", r.KubernetesVersion))
 	}
 	if len(r.Images) == 0 {

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/durable"
@@ -248,11 +249,22 @@ func (v ValidationError) Error() string {
 
 var (
 	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
-	k8sVer    = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
 	imageRef  = regexp.MustCompile(`^[a-z0-9]+([._/:-][a-zA-Z0-9]+)*(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
 	flagName  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	ifaceName = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,15}$`)
 )
+
+// ParseKubernetesVersion parses a Kubernetes version as node state and
+// release files write it: "v" and a semantic version (semver.org, parsed by
+// k8s.io/apimachinery/pkg/util/version), e.g. v1.34.4, v1.35.0-rc.1 or
+// v1.34.4+build.1. Unlike ParseSemantic alone it refuses a version without
+// the "v" and any surrounding white space.
+func ParseKubernetesVersion(s string) (*version.Version, error) {
+	if !strings.HasPrefix(s, "v") || strings.TrimSpace(s) != s {
+		return nil, fmt.Errorf("kubernetes version %q: must be v and a semantic version, like v1.34.4", s)
+	}
+	return version.ParseSemantic(s)
+}
 
 // Validate checks every field and returns a ValidationError naming each
 // invalid one, or nil.
@@ -273,7 +285,7 @@ func (st *NodeState) Validate() error {
 	if net.ParseIP(st.AdvertiseAddress) == nil {
 		bad("advertiseAddress", "must be an IP address, got %q", st.AdvertiseAddress)
 	}
-	if !k8sVer.MatchString(st.KubernetesVersion) {
+	if _, err := ParseKubernetesVersion(st.KubernetesVersion); err != nil {
 		bad("kubernetesVersion", "must look like v1.34.4, got %q", st.KubernetesVersion)
 	}
 	roster := st.Roster()
