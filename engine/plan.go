@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,7 +79,7 @@ func PlanUpgrade(store *manifest.Store, st *nodestate.NodeState, rel *Release) (
 	if len(plan.Changes) == 0 {
 		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
 	}
-	if contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
+	if slices.Contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
 		if err := etcddata.CheckDataDir(st); err != nil {
 			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
 		}

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -52,12 +53,7 @@ func ParseRelease(b []byte) (*Release, error) {
 	if len(r.Images) == 0 {
 		problems = append(problems, "images: required: name the image of at least one component")
 	}
-	names := make([]string, 0, len(r.Images))
-	for n := range r.Images {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
 		if !manifest.IsName(n) {
 			problems = append(problems, fmt.Sprintf("images.%s: unknown component %q (known: %s)", n, n, strings.Join(manifest.Names, ", ")))
 		} else if strings.TrimSpace(r.Images[n]) == "" {
@@ -89,7 +85,7 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	to.KubernetesVersion = r.KubernetesVersion
 	roster := manifest.NamesFor(st)
 	for n, img := range r.Images {
-		if contains(roster, n) {
+		if slices.Contains(roster, n) {
 			to.Images[n] = img
 		}
 	}
@@ -99,6 +95,8 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	return to, nil
 }
 
+// contains is slices.Contains. It stays only because engine/engine.go
+// still calls it; new code uses slices.Contains.
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
