@@ -23,7 +23,8 @@ build: ## build every command into bin/
 test: ## run every test (real processes, real files, real bbolt)
 	$(GO) test -p 1 -count=1 -timeout 40m ./...
 
-lint: ## gofmt check, go vet, staticcheck
+lint: ## go.mod/go.sum tidy check, gofmt check, go vet, staticcheck
+	$(GO) mod tidy -diff
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...

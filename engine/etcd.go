@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/fault"
@@ -22,7 +23,7 @@ import (
 // stopped; a restore that fails after the stop leaves the transaction open
 // (errResumable) for resume to finish.
 func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) error {
-	if !contains(written, nodestate.Etcd) || len(r.txn.EtcdBackup) == 0 {
+	if !slices.Contains(written, nodestate.Etcd) || len(r.txn.EtcdBackup) == 0 {
 		return nil
 	}
 	if _, done := r.find(journal.PhaseRollingBack, stepEtcd, nodestate.Etcd); done {

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/journal"
-
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/snapshot"
@@ -97,7 +99,7 @@ func PlanUpgrade(store Manifests, st *nodestate.NodeState, rel *Release) (*Plan,
 	if len(plan.Changes) == 0 {
 		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
 	}
-	if contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
+	if slices.Contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
 		if err := etcddata.CheckDataDir(st); err != nil {
 			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
 		}
@@ -162,7 +164,9 @@ func planFromSnapshot(store Manifests, cur, old *nodestate.NodeState, snap *snap
 }
 
 // etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.5-0"
-// -> 3, 6), false when the reference has no parseable tag.
+// -> 3, 6), false when the reference has no parseable tag. The tag is a
+// generic version (an optional "v", two or more dot-separated numbers,
+// anything after them ignored).
 func etcdMinor(image string) (int, int, bool) {
 	ref := image
 	if i := strings.Index(ref, "@"); i >= 0 {
@@ -172,11 +176,11 @@ func etcdMinor(image string) (int, int, bool) {
 	if i < 0 || strings.Contains(ref[i:], "/") {
 		return 0, 0, false
 	}
-	var major, minor int
-	if _, err := fmt.Sscanf(strings.TrimPrefix(ref[i+1:], "v"), "%d.%d", &major, &minor); err != nil {
+	v, err := version.ParseGeneric(ref[i+1:])
+	if err != nil {
 		return 0, 0, false
 	}
-	return major, minor, true
+	return int(v.Major()), int(v.Minor()), true
 }
 
 // checkEtcdDowngrade refuses to put back an etcd of a lower minor version:

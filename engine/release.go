@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -32,8 +32,6 @@ type Release struct {
 	Images            map[string]string `json:"images"`
 }
 
-var releaseVersion = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
-
 // ParseRelease strictly decodes and validates a release document. An unknown
 // field, an unknown component, an empty image or a malformed version is an
 // error that names it.
@@ -49,18 +47,13 @@ func ParseRelease(b []byte) (*Release, error) {
 	if r.APIVersion != ReleaseAPIVersion || r.Kind != ReleaseKind {
 		problems = append(problems, fmt.Sprintf("apiVersion/kind must be %s/%s, got %q/%q", ReleaseAPIVersion, ReleaseKind, r.APIVersion, r.Kind))
 	}
-	if !releaseVersion.MatchString(r.KubernetesVersion) {
+	if _, err := nodestate.ParseKubernetesVersion(r.KubernetesVersion); err != nil {
 		problems = append(problems, fmt.Sprintf("kubernetesVersion: must look like v1.34.5, got %q", r.KubernetesVersion))
 	}
 	if len(r.Images) == 0 {
 		problems = append(problems, "images: required: name the image of at least one component")
 	}
-	names := make([]string, 0, len(r.Images))
-	for n := range r.Images {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
 		if !manifest.IsName(n) {
 			problems = append(problems, fmt.Sprintf("images.%s: unknown component %q (known: %s)", n, n, strings.Join(manifest.Names, ", ")))
 		} else if strings.TrimSpace(r.Images[n]) == "" {
@@ -92,7 +85,7 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	to.KubernetesVersion = r.KubernetesVersion
 	roster := manifest.NamesFor(st)
 	for n, img := range r.Images {
-		if contains(roster, n) {
+		if slices.Contains(roster, n) {
 			to.Images[n] = img
 		}
 	}
@@ -100,13 +93,4 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		return nil, fmt.Errorf("release applied to the node state: %w", err)
 	}
 	return to, nil
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

@@ -201,3 +201,64 @@ func TestEtcdDowngradeRefused(t *testing.T) {
 		}
 	}
 }
+
+// The release's kubernetesVersion is parsed like the node state's
+// (nodestate.ParseKubernetesVersion): a leading v is required.
+func TestParseReleaseVersion(t *testing.T) {
+	for in, ok := range map[string]bool{
+		"v1.34.5":              true,
+		"v1.35.0-rc.1":         true,
+		"v1.34.5+k3s1":         true,
+		"v1.35.0-rc.1+build.5": true, // refused by the old regexp
+		"1.34.5":               false,
+		"v1.34":                false,
+		"1.34":                 false,
+		"v1.34.5.1":            false,
+		"'v1.34.5 '":           false,
+		"v01.34.5":             false, // accepted by the old regexp
+		"v1.34.05":             false, // accepted by the old regexp
+	} {
+		doc := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: " + in + "\nimages: {etcd: e}\n"
+		_, err := ParseRelease([]byte(doc))
+		if ok && err != nil {
+			t.Errorf("kubernetesVersion %s: %v", in, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "kubernetesVersion: must look like v1.34.5")) {
+			t.Errorf("kubernetesVersion %s: ParseRelease = %v", in, err)
+		}
+	}
+}
+
+func TestEtcdMinor(t *testing.T) {
+	cases := []struct {
+		image        string
+		major, minor int
+		ok           bool
+	}{
+		{"registry.k8s.io/etcd:3.6.5-0", 3, 6, true},
+		{"registry.k8s.io/etcd:3.5.21-0", 3, 5, true},
+		{"registry.k8s.io/etcd:v3.6.5", 3, 6, true},
+		{"registry.k8s.io/etcd:3.6", 3, 6, true},
+		{"registry.k8s.io/etcd:3.6.5-0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 3, 6, true},
+		{"localhost:5000/etcd:3.6.5-0", 3, 6, true},
+		{"quay.io/coreos/etcd:v3.5.0-rc.1", 3, 5, true},
+		{"registry.k8s.io/etcd:3.10.0", 3, 10, true},
+		{"registry.k8s.io/etcd:3.06.0", 3, 6, true},
+
+		{"registry.k8s.io/etcd", 0, 0, false},
+		{"registry.k8s.io/etcd@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 0, 0, false},
+		{"localhost:5000/etcd", 0, 0, false},
+		{"registry.k8s.io/etcd:latest", 0, 0, false},
+		{"registry.k8s.io/etcd:3", 0, 0, false},
+		{"registry.k8s.io/etcd:3.x", 0, 0, false},
+		{"registry.k8s.io/etcd:vv3.6", 0, 0, false},
+		{"registry.k8s.io/etcd:03.6.0", 0, 0, false}, // accepted (3.6) by the old Sscanf parser
+		{"", 0, 0, false},
+	}
+	for _, c := range cases {
+		major, minor, ok := etcdMinor(c.image)
+		if major != c.major || minor != c.minor || ok != c.ok {
+			t.Errorf("etcdMinor(%q) = %d, %d, %v; want %d, %d, %v", c.image, major, minor, ok, c.major, c.minor, c.ok)
+		}
+	}
+}

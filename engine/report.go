@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -41,14 +42,14 @@ func (e *Engine) nodeReport(r *run) []byte {
 			rep.Manifest = "other"
 		}
 		st := r.from
-		if !contains(manifest.NamesFor(st), comp) {
+		if !slices.Contains(manifest.NamesFor(st), comp) {
 			st = r.to
 		}
 		if t, err := manifest.Target(st, comp); err == nil {
 			rep.Processes, _ = e.procs.PIDs(t.Binary)
 			rep.Active = e.procs.Active(context.Background(), t)
 		}
-		if rep.Manifest == "missing" && len(rep.Processes) == 0 && !contains(manifest.NamesFor(r.from), comp) {
+		if rep.Manifest == "missing" && len(rep.Processes) == 0 && !slices.Contains(manifest.NamesFor(r.from), comp) {
 			continue
 		}
 		out = append(out, rep)

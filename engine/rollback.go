@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -82,7 +83,7 @@ func (r *run) restartSet(written []string) []string {
 	var out []string
 	for _, comp := range manifest.NamesFor(r.from) {
 		switch {
-		case contains(written, comp):
+		case slices.Contains(written, comp):
 		case etcdRestored && (comp == nodestate.KubeAPIServer || comp == nodestate.ControllerManager || comp == nodestate.Scheduler):
 		default:
 			continue
@@ -90,7 +91,7 @@ func (r *run) restartSet(written []string) []string {
 		out = append(out, comp)
 	}
 	for _, comp := range written {
-		if !contains(out, comp) {
+		if !slices.Contains(out, comp) {
 			out = append(out, comp) // added by the upgrade: the restore removes it
 		}
 	}

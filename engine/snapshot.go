@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -41,7 +42,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 	}
 	e.hit(fault.AfterSnapshot)
 	var backup []byte
-	if r.txn.Kind == journal.KindUpgrade && contains(r.txn.Changed, nodestate.Etcd) {
+	if r.txn.Kind == journal.KindUpgrade && slices.Contains(r.txn.Changed, nodestate.Etcd) {
 		path := e.snaps.EtcdPath(r.txn.ID)
 		e.event(r.txn.ID, r.txn.Phase, "etcd-backup", nodestate.Etcd, "etcd snapshot", "snapshot of etcd's data to "+path)
 		bctx, cancel := context.WithTimeout(ctx, e.dl.EtcdBackup)

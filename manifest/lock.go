@@ -1,11 +1,14 @@
 package manifest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"syscall"
 	"time"
+
+	"github.com/gofrs/flock"
 )
 
 // ErrLocked is returned by LockDir when another process holds the manifest
@@ -19,27 +22,24 @@ var ErrLocked = errors.New("manifest directory is locked")
 // exits; release drops it earlier. A directory that does not exist yet is
 // not locked (release is a no-op): the caller is about to create it.
 func LockDir(dir string, timeout time.Duration) (release func(), err error) {
-	f, err := os.Open(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	// Read-only and without O_CREATE: a directory cannot be opened for
+	// writing, and a missing one must not be created as a file.
+	l := flock.New(dir, flock.SetFlag(os.O_RDONLY))
+	// One attempt even when timeout is not positive, then retries until it
+	// runs out (TryLockContext gives up at once on an expired context).
+	ok, err := l.TryLock()
+	if !ok && err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		ok, err = l.TryLockContext(ctx, 20*time.Millisecond)
+	}
+	switch {
+	case ok:
+		return func() { _ = l.Unlock() }, nil
+	case errors.Is(err, fs.ErrNotExist):
 		return func() {}, nil
+	case err == nil || errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("%w: %s is held by another stratum-upgrade (perhaps one with another --state-dir) after waiting %s; only one may write the manifest directory", ErrLocked, dir, timeout)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("lock manifest dir %s: %w", dir, err)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock manifest dir %s: %w", dir, err)
-		}
-		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s is held by another stratum-upgrade (perhaps one with another --state-dir) after waiting %s; only one may write the manifest directory", ErrLocked, dir, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return nil, fmt.Errorf("lock manifest dir %s: %w", dir, err)
 }

@@ -10,13 +10,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/durable"
@@ -248,11 +250,22 @@ func (v ValidationError) Error() string {
 
 var (
 	dnsLabel  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
-	k8sVer    = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$`)
 	imageRef  = regexp.MustCompile(`^[a-z0-9]+([._/:-][a-zA-Z0-9]+)*(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
 	flagName  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	ifaceName = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,15}$`)
 )
+
+// ParseKubernetesVersion parses a Kubernetes version as node state and
+// release files write it: "v" and a semantic version (semver.org, parsed by
+// k8s.io/apimachinery/pkg/util/version), e.g. v1.34.4, v1.35.0-rc.1 or
+// v1.34.4+build.1. Unlike ParseSemantic alone it refuses a version without
+// the "v" and any surrounding white space.
+func ParseKubernetesVersion(s string) (*version.Version, error) {
+	if !strings.HasPrefix(s, "v") || strings.TrimSpace(s) != s {
+		return nil, fmt.Errorf("kubernetes version %q: must be v and a semantic version, like v1.34.4", s)
+	}
+	return version.ParseSemantic(s)
+}
 
 // Validate checks every field and returns a ValidationError naming each
 // invalid one, or nil.
@@ -273,7 +286,7 @@ func (st *NodeState) Validate() error {
 	if net.ParseIP(st.AdvertiseAddress) == nil {
 		bad("advertiseAddress", "must be an IP address, got %q", st.AdvertiseAddress)
 	}
-	if !k8sVer.MatchString(st.KubernetesVersion) {
+	if _, err := ParseKubernetesVersion(st.KubernetesVersion); err != nil {
 		bad("kubernetesVersion", "must look like v1.34.4, got %q", st.KubernetesVersion)
 	}
 	roster := st.Roster()
@@ -286,9 +299,9 @@ func (st *NodeState) Validate() error {
 			bad("images."+c, "not an image reference: %q", img)
 		}
 	}
-	for _, c := range sortedKeys(st.Images) {
-		if !contains(roster, c) {
-			if contains(Components, c) {
+	for _, c := range slices.Sorted(maps.Keys(st.Images)) {
+		if !slices.Contains(roster, c) {
+			if slices.Contains(Components, c) {
 				bad("images."+c, "set, but this node does not run %s (kube-vip needs vip)", c)
 			} else {
 				bad("images."+c, "unknown component %q (known: %s)", c, strings.Join(Components, ", "))
@@ -369,12 +382,12 @@ func (st *NodeState) Validate() error {
 		}
 		seen[p.p] = p.f
 	}
-	for _, c := range sortedKeys(st.ExtraArgs) {
-		if !contains(roster, c) {
+	for _, c := range slices.Sorted(maps.Keys(st.ExtraArgs)) {
+		if !slices.Contains(roster, c) {
 			bad("extraArgs."+c, "not a component this node runs")
 			continue
 		}
-		for _, k := range sortedKeys(st.ExtraArgs[c]) {
+		for _, k := range slices.Sorted(maps.Keys(st.ExtraArgs[c])) {
 			if !flagName.MatchString(k) {
 				bad("extraArgs."+c+"."+k, "must be a flag name without leading dashes")
 			} else if field, owned := ownedEtcdFlags[k]; c == Etcd && owned {
@@ -483,24 +496,6 @@ func (st *NodeState) Save(path string) error {
 	return nil
 }
 
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // checkUnknownFields reports the first field of doc, by full path (for
 // example "etcd.datadir2"), that NodeState has no place for. The YAML
 // decoder's own strict mode names only the last element of the path.
@@ -522,7 +517,7 @@ func walkFields(v any, t reflect.Type, path string) error {
 	}
 	switch t.Kind() {
 	case reflect.Map:
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			if err := walkFields(m[k], t.Elem(), join(path, k)); err != nil {
 				return err
 			}
@@ -533,7 +528,7 @@ func walkFields(v any, t reflect.Type, path string) error {
 			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 			fields[name] = t.Field(i).Type
 		}
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			ft, known := fields[k]
 			if !known {
 				return fmt.Errorf("unknown field %q", join(path, k))

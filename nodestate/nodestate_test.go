@@ -165,3 +165,67 @@ func TestSaveRoundTripAndAtomic(t *testing.T) {
 		t.Fatalf("staging files left: %v", entries)
 	}
 }
+
+// TestParseKubernetesVersion lists the accepted and refused forms of
+// kubernetesVersion. The "was" column notes the forms the previous
+// regexp (^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$) classified the
+// other way: semver's rules now decide them.
+func TestParseKubernetesVersion(t *testing.T) {
+	cases := []struct {
+		in  string
+		ok  bool
+		was string
+	}{
+		{"v1.34.4", true, ""},
+		{"v0.0.0", true, ""},
+		{"v1.35.0-rc.1", true, ""},
+		{"v1.35.0-alpha.0", true, ""},
+		{"v1.34.4+k3s1", true, ""},
+		{"v1.34.4-eks-1-34", true, ""},
+		{"v1.34.4--", true, ""},
+		{"v1.35.0-rc.1+build.5", true, "refused: '+' after a pre-release"},
+
+		{"1.34.4", false, ""}, // the v is required
+		{"V1.34.4", false, ""},
+		{"v1.34", false, ""},
+		{"1.34", false, ""},
+		{"v1", false, ""},
+		{"v1.34.4.1", false, ""},
+		{"v1.34.x", false, ""},
+		{"", false, ""},
+		{"v", false, ""},
+		{" v1.34.4", false, ""},
+		{"v1.34.4 ", false, ""},
+		{"v1.34.4\n", false, ""},
+		{"v1.34.4-", false, ""},
+		{"v1.34.4+", false, ""},
+		{"v1.34.4_1", false, ""},
+		{"vv1.34.4", false, ""},
+		{"v01.34.4", false, "accepted: leading zero"},
+		{"v1.034.4", false, "accepted: leading zero"},
+		{"v1.34.04", false, "accepted: leading zero"},
+		{"v1.34.4-rc.01", false, "accepted: leading zero in a numeric pre-release"},
+		{"v1.34.4-rc..1", false, "accepted: empty pre-release identifier"},
+		{"v1.34.4+.", false, "accepted: empty build identifier"},
+		{"v1.34.99999999999999999999", false, "accepted: overflows"},
+	}
+	for _, c := range cases {
+		v, err := ParseKubernetesVersion(c.in)
+		if (err == nil) != c.ok {
+			t.Errorf("ParseKubernetesVersion(%q) = %v, %v; want ok=%v", c.in, v, err, c.ok)
+		}
+		// Validate uses the same parser, with its own wording.
+		st, perr := Parse([]byte(valid))
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		st.KubernetesVersion = c.in
+		verr := st.Validate()
+		if c.ok && verr != nil {
+			t.Errorf("kubernetesVersion %q: %v", c.in, verr)
+		}
+		if !c.ok && (verr == nil || !strings.Contains(verr.Error(), "kubernetesVersion: must look like v1.34.4")) {
+			t.Errorf("kubernetesVersion %q: Validate = %v", c.in, verr)
+		}
+	}
+}

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -194,12 +195,7 @@ visible in a manifest.`,
 				if len(e.Env) == 0 {
 					fmt.Fprintln(g.stdout, "    (none declared)")
 				}
-				keys := make([]string, 0, len(e.Env))
-				for k := range e.Env {
-					keys = append(keys, k)
-				}
-				sort.Strings(keys)
-				for _, k := range keys {
+				for _, k := range slices.Sorted(maps.Keys(e.Env)) {
 					fmt.Fprintf(g.stdout, "    %s=%s\n", k, e.Env[k])
 				}
 			}

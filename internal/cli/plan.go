@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	udiff "github.com/aymanbagabas/go-udiff"
 	"github.com/spf13/cobra"
 
 	"github.com/ciq/stratum-upgrade/engine"
-	"github.com/ciq/stratum-upgrade/internal/diff"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -113,7 +113,9 @@ func (g *globals) runPlan(to string) error {
 		if c.Before == nil {
 			from = "/dev/null"
 		}
-		d := diff.Unified(from, path+"\t(release "+rel.KubernetesVersion+")", c.Before, c.After, 3)
+		// Unified diff with 3 lines of context, as diff -u: "--- from",
+		// "+++ to", hunks; a new manifest diffs from /dev/null.
+		d := udiff.Unified(from, path+"\t(release "+rel.KubernetesVersion+")", string(c.Before), string(c.After))
 		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, Diff: d})
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}

@@ -3,7 +3,7 @@
 // (--collector.textfile.directory): point --metrics-file at
 // <that directory>/stratum-upgrade.prom.
 //
-// The file is replaced atomically and durably (internal/durable.WriteFile:
+// The file is replaced atomically and durably (durable.WriteFile:
 // a hidden staging file in the same directory, fsynced, renamed over the
 // target), so the collector reads either the previous file or the new one,
 // never a partial one; the hidden staging name does not end in .prom, so
@@ -12,12 +12,17 @@ package metrics
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
-	"sort"
-	"strconv"
+	"maps"
+	"slices"
 	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ciq/stratum-upgrade/durable"
 )
@@ -49,62 +54,78 @@ type Upgrade struct {
 	Steps    []Step
 }
 
-// Encode writes u in the Prometheus text exposition format (version 0.0.4):
-// HELP and TYPE lines for every family, then its samples. It fails only
-// for a Result outside Results or a write error.
+// Encode writes u in the Prometheus text exposition format (version 0.0.4),
+// as encoded by expfmt: HELP and TYPE lines for every family, then its
+// samples. It fails only for a Result outside Results or a write error.
 func Encode(w io.Writer, u Upgrade) error {
-	known := false
-	for _, r := range Results {
-		known = known || r == u.Result
-	}
-	if !known {
+	if !slices.Contains(Results, u.Result) {
 		return fmt.Errorf("metrics: result %q is not one of %s", u.Result, strings.Join(Results, ", "))
 	}
-	var b bytes.Buffer
-	family := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	family("stratum_upgrade_last_duration_seconds", "gauge", "How long the last stratum-upgrade run, resume or rollback drove its transaction.")
-	fmt.Fprintf(&b, "stratum_upgrade_last_duration_seconds %s\n", float(u.Duration.Seconds()))
-
-	family("stratum_upgrade_last_result", "gauge", "Outcome of the last transaction: 1 for its result, 0 for the others.")
+	var results []*dto.Metric
 	for _, r := range Results {
-		v := 0
+		v := 0.0
 		if r == u.Result {
 			v = 1
 		}
-		fmt.Fprintf(&b, "stratum_upgrade_last_result{result=%s} %d\n", quote(r), v)
+		results = append(results, gauge(v, "result", r))
 	}
-
-	family("stratum_upgrade_last_timestamp_seconds", "gauge", "Unix time at which the last transaction stopped being driven.")
-	fmt.Fprintf(&b, "stratum_upgrade_last_timestamp_seconds %s\n", unixSeconds(u.Finished))
-
-	family("stratum_upgrade_last_info", "gauge", "The last transaction: its id, kind and the command that drove it (always 1).")
-	fmt.Fprintf(&b, "stratum_upgrade_last_info{command=%s,kind=%s,txn=%s} 1\n", quote(u.Command), quote(u.Kind), quote(u.Txn))
-
-	family("stratum_upgrade_step_duration_seconds", "gauge", "Duration of each component step of the last transaction, manifest write to the new process answering.")
 	// A series may appear only once; a step timed more than once (a resumed
 	// transaction repeats it) keeps its last duration.
 	last := map[[2]string]time.Duration{}
-	var keys [][2]string
 	for _, s := range u.Steps {
-		key := [2]string{s.Phase, s.Component}
-		if _, ok := last[key]; !ok {
-			keys = append(keys, key)
-		}
-		last[key] = s.Duration
+		last[[2]string{s.Phase, s.Component}] = s.Duration
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
+	var steps []*dto.Metric
+	for _, k := range slices.SortedFunc(maps.Keys(last), func(a, b [2]string) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	}) {
+		steps = append(steps, gauge(last[k].Seconds(), "component", k[1], "phase", k[0]))
+	}
+	fams := []*dto.MetricFamily{
+		family("stratum_upgrade_last_duration_seconds", "How long the last stratum-upgrade run, resume or rollback drove its transaction.",
+			gauge(u.Duration.Seconds())),
+		family("stratum_upgrade_last_result", "Outcome of the last transaction: 1 for its result, 0 for the others.",
+			results...),
+		family("stratum_upgrade_last_timestamp_seconds", "Unix time at which the last transaction stopped being driven.",
+			gauge(float64(u.Finished.Unix())+float64(u.Finished.Nanosecond())/1e9)),
+		family("stratum_upgrade_last_info", "The last transaction: its id, kind and the command that drove it (always 1).",
+			gauge(1, "command", u.Command, "kind", u.Kind, "txn", u.Txn)),
+		family("stratum_upgrade_step_duration_seconds", "Duration of each component step of the last transaction, manifest write to the new process answering.",
+			steps...),
+	}
+	// Encode into memory first: w gets the whole file or, on an error, nothing.
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if len(f.Metric) == 0 {
+			// expfmt refuses a family without samples, but the file has
+			// always carried the step family's HELP and TYPE lines even
+			// when no step ran (scripts grep for them): write just those.
+			// The help texts are constants with nothing to escape.
+			fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n", f.GetName(), f.GetHelp(), f.GetName())
+			continue
 		}
-		return keys[i][1] < keys[j][1]
-	})
-	for _, k := range keys {
-		fmt.Fprintf(&b, "stratum_upgrade_step_duration_seconds{component=%s,phase=%s} %s\n", quote(k[1]), quote(k[0]), float(last[k].Seconds()))
+		if err := enc.Encode(f); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// family is a gauge family.
+func family(name, help string, ms ...*dto.Metric) *dto.MetricFamily {
+	return &dto.MetricFamily{Name: proto.String(name), Help: proto.String(help), Type: dto.MetricType_GAUGE.Enum(), Metric: ms}
+}
+
+// gauge is one gauge sample with the label name/value pairs nameValues, in
+// that order (the order they are written in).
+func gauge(v float64, nameValues ...string) *dto.Metric {
+	m := &dto.Metric{Gauge: &dto.Gauge{Value: proto.Float64(v)}}
+	for i := 0; i+1 < len(nameValues); i += 2 {
+		m.Label = append(m.Label, &dto.LabelPair{Name: proto.String(nameValues[i]), Value: proto.String(nameValues[i+1])})
+	}
+	return m
 }
 
 // WriteFile encodes u and replaces path with it, atomically and durably,
@@ -119,28 +140,4 @@ func WriteFile(path string, u Upgrade) error {
 		return fmt.Errorf("metrics file %s: %w", path, err)
 	}
 	return nil
-}
-
-// quote is a label value in the text format: double-quoted, with backslash,
-// double quote and newline escaped.
-func quote(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return `"` + r.Replace(s) + `"`
-}
-
-// float formats a sample value the way Prometheus parses it back exactly.
-func float(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
-
-// unixSeconds is t as decimal Unix seconds, exact to the nanosecond (a
-// float64 division would round the last digits).
-func unixSeconds(t time.Time) string {
-	ns := t.UnixNano()
-	sec, frac := ns/1e9, ns%1e9
-	if frac < 0 {
-		sec, frac = sec-1, frac+1e9
-	}
-	if frac == 0 {
-		return strconv.FormatInt(sec, 10)
-	}
-	return strings.TrimRight(fmt.Sprintf("%d.%09d", sec, frac), "0")
 }

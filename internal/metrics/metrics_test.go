@@ -204,3 +204,21 @@ func TestWriteFile(t *testing.T) {
 		t.Error("WriteFile under a regular file succeeded")
 	}
 }
+
+// With no step the step family still has its HELP and TYPE lines (expfmt
+// would refuse the empty family) and the file still parses.
+func TestEncodeNoSteps(t *testing.T) {
+	u := sample()
+	u.Steps = nil
+	var b bytes.Buffer
+	if err := Encode(&b, u); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(b.String(), "# TYPE stratum_upgrade_step_duration_seconds gauge\n") {
+		t.Errorf("file does not end with the step family's TYPE line:\n%s", b.String())
+	}
+	fams := parse(t, b.Bytes())
+	if f := fams["stratum_upgrade_step_duration_seconds"]; f != nil && len(f.Metric) != 0 {
+		t.Errorf("step samples without steps: %v", f)
+	}
+}
