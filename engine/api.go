@@ -55,10 +55,38 @@ var (
 	// ErrRollbackFailed: the upgrade failed and so did its rollback; the
 	// node needs an operator (Result.Reason and the journal say what).
 	ErrRollbackFailed = errors.New("rollback failed")
-	// ErrInterrupted: the context ended mid-transaction; it stays open in
-	// the journal and `stratum-upgrade resume` continues it.
+	// ErrInterrupted: the context ended mid-transaction (or a rollback
+	// paused on a cause an operator must fix); it stays open in the journal
+	// and Resume continues it. It always comes with ErrStillOpen.
 	ErrInterrupted = errors.New("interrupted")
+	// ErrStillOpen: the transaction is still open in the journal (after an
+	// interruption, or a journal write that failed); Resume continues it.
+	ErrStillOpen = errors.New("the transaction is still open")
+	// ErrUnrestorable: a manifest on disk is one the transaction could
+	// snapshot but never roll back to (it does not decode as its pod).
+	ErrUnrestorable = errors.New("a manifest a rollback could not restore")
+	// ErrEtcdBackupTimeout: the etcd backup before an etcd change did not
+	// finish within Deadlines.EtcdBackup.
+	ErrEtcdBackupTimeout = errors.New("etcd backup timed out")
 )
+
+// RollbackFailedError is the error of a transaction that ended
+// rollback-failed. It wraps ErrRollbackFailed and carries what a caller
+// needs to advise the operator.
+type RollbackFailedError struct {
+	Txn string
+	// Reason is the upgrade's failure and then the rollback's.
+	Reason string
+	// EtcdDataDir and EtcdAside are set when etcd's data dir is missing and
+	// the data it held was moved to EtcdAside by the failed restore:
+	// re-rendering etcd before moving it back would start an empty cluster.
+	EtcdDataDir, EtcdAside string
+}
+
+func (e *RollbackFailedError) Error() string { return "rollback failed: " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrRollbackFailed) hold.
+func (e *RollbackFailedError) Unwrap() error { return ErrRollbackFailed }
 
 // Plan computes what upgrading to rel would do, writing nothing.
 func (e *Engine) Plan(rel *Release) (*Plan, error) {
@@ -103,8 +131,7 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 }
 
 func openTxnError(t *journal.Txn) error {
-	return fmt.Errorf("%w: transaction %s (%s) is in phase %s; run `stratum-upgrade resume` to finish it, or `stratum-upgrade rollback` to undo it",
-		journal.ErrTxnOpen, t.ID, t.Kind, t.Phase)
+	return fmt.Errorf("%w: transaction %s (%s) is in phase %s", journal.ErrTxnOpen, t.ID, t.Kind, t.Phase)
 }
 
 // Resume continues the open transaction from its last durable step:

@@ -73,7 +73,7 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 			continue
 		}
 		if ctx.Err() != nil {
-			return r.result("", ""), fmt.Errorf("%w: transaction %s left open in phase %s (%v); run `stratum-upgrade resume` to continue it", ErrInterrupted, r.txn.ID, r.txn.Phase, stepErr)
+			return r.result("", ""), fmt.Errorf("%w: transaction %s left open in phase %s (%v): %w", ErrInterrupted, r.txn.ID, r.txn.Phase, stepErr, ErrStillOpen)
 		}
 		if errors.Is(stepErr, errFatalJournal) {
 			return r.result("", ""), stepErr

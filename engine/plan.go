@@ -124,7 +124,7 @@ func onDisk(store Manifests, comp string) ([]byte, string, error) {
 		err = fmt.Errorf("it is a pod of component %q", pod.Labels["component"])
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("manifest %s does not decode as the %s pod (%v): an upgrade could not roll back to it; run `stratum-upgrade render` to rewrite it from the node state, then try again", store.Path(comp), comp, err)
+		return nil, "", fmt.Errorf("%w: manifest %s does not decode as the %s pod (%v): an upgrade could not roll back to it", ErrUnrestorable, store.Path(comp), comp, err)
 	}
 	return b, manifest.RestartedAt(pod), nil
 }

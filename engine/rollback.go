@@ -24,19 +24,19 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 	reason := r.txn.Reason
 	if err := e.rollbackSteps(ctx, r); err != nil {
 		if errors.Is(err, errFatalJournal) || errors.Is(err, errResumable) || ctx.Err() != nil {
-			return r.result("", reason), fmt.Errorf("%w: the rollback of %s is paused and stays open: %v; once the cause is fixed, `stratum-upgrade resume` continues it", ErrInterrupted, r.txn.ID, err)
+			return r.result("", reason), fmt.Errorf("%w: the rollback of %s is paused: %v: %w", ErrInterrupted, r.txn.ID, err, ErrStillOpen)
 		}
 		detail := e.nodeReport(r)
 		msg := fmt.Sprintf("%s; then the rollback failed: %v", reason, err)
 		if ferr := e.j.Finish(r.txn.ID, journal.PhaseRollbackFailed, msg, detail); ferr != nil {
-			return r.result("", msg), fmt.Errorf("rollback failed (%v) and could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` retries the rollback", err, ferr)
+			return r.result("", msg), fmt.Errorf("rollback failed (%v) and could not be journaled (%v): %w", err, ferr, ErrStillOpen)
 		}
 		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
-		return r.result(RollbackFailed, msg), fmt.Errorf("%w: %s. %s", ErrRollbackFailed, msg, e.rollbackFailedAdvice(r))
+		return r.result(RollbackFailed, msg), e.rollbackFailed(r, msg)
 	}
 	e.hit(fault.BeforeRolledBack)
 	if err := e.j.Finish(r.txn.ID, journal.PhaseRolledBack, reason, nil); err != nil {
-		return r.result("", reason), fmt.Errorf("the rollback is done but could not be journaled (%v): the transaction is still open; `stratum-upgrade resume` verifies it again and closes it", err)
+		return r.result("", reason), fmt.Errorf("the rollback is done but could not be journaled (%v): %w", err, ErrStillOpen)
 	}
 	r.txn.Phase = journal.PhaseRolledBack
 	e.event(r.txn.ID, journal.PhaseRolledBack, "rolled-back", "", "", "rolled back: "+reason)
@@ -44,18 +44,18 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 	return r.result(RolledBack, reason), fmt.Errorf("%w: %s", ErrRolledBack, reason)
 }
 
-// rollbackFailedAdvice says what the operator should do after a failed
-// rollback, for this transaction's situation.
-func (e *Engine) rollbackFailedAdvice(r *run) string {
-	adv := "The node state in the journal is still the one from before this transaction; `stratum-upgrade status` shows each component. Fix the cause, then run `stratum-upgrade render` to put every manifest back from it."
+// rollbackFailed is the error of a failed rollback, with the facts of this
+// node an operator needs: whether etcd's data was left aside.
+func (e *Engine) rollbackFailed(r *run, msg string) error {
+	rf := &RollbackFailedError{Txn: r.txn.ID, Reason: msg}
 	data := filepath.Clean(r.from.Etcd.DataDir)
 	aside := data + ".stratum-pre-rollback-" + r.txn.ID
 	if _, err := os.Lstat(data); errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Lstat(aside); err == nil {
-			adv = fmt.Sprintf("etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `stratum-upgrade render`, or etcd starts as a new, empty cluster. ", data, aside, data+".stratum-restore") + adv
+			rf.EtcdDataDir, rf.EtcdAside = data, aside
 		}
 	}
-	return adv
+	return rf
 }
 
 // errResumable marks a rollback failure that leaves the node in a state a

@@ -50,7 +50,7 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 		cancel()
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("etcd backup before changing etcd's image did not finish within %s (--etcd-backup-timeout): %w", e.dl.EtcdBackup, err)
+				return fmt.Errorf("%w: the etcd backup before changing etcd's image did not finish within %s: %w", ErrEtcdBackupTimeout, e.dl.EtcdBackup, err)
 			}
 			return fmt.Errorf("etcd backup before changing etcd's image: %w", err)
 		}

@@ -70,7 +70,7 @@ var (
 type lockedError struct{ path string }
 
 func (e *lockedError) Error() string {
-	return fmt.Sprintf("journal %s is locked: another stratum-upgrade is running (pid unknown); wait for it or check `stratum-upgrade status`", e.path)
+	return fmt.Sprintf("journal %s is locked: another stratum-upgrade is running (pid unknown)", e.path)
 }
 
 func (e *lockedError) Unwrap() error { return ErrLocked }

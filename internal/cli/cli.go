@@ -310,8 +310,7 @@ func refuseOpenTxn(j *journal.Journal, what string) error {
 		return err
 	}
 	if open != nil {
-		return fmt.Errorf("%s: %w: transaction %s (%s) is in phase %s; run `stratum-upgrade resume` to finish it or `stratum-upgrade rollback` to undo it first",
-			what, journal.ErrTxnOpen, open.ID, open.Kind, open.Phase)
+		return fmt.Errorf("%s: %w: transaction %s (%s) is in phase %s", what, journal.ErrTxnOpen, open.ID, open.Kind, open.Phase)
 	}
 	return nil
 }
@@ -334,7 +333,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	code := ExitCode(err)
 	if code != ExitOK {
-		fmt.Fprintf(stderr, "stratum-upgrade: %v\n", err)
+		fmt.Fprintf(stderr, "stratum-upgrade: %s\n", withAdvice(err))
 		if code == ExitUsage && !errors.As(err, &re) {
 			fmt.Fprintln(stderr, "Run 'stratum-upgrade --help' for usage.")
 		}

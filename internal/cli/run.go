@@ -212,12 +212,7 @@ func outcomeOf(res engine.Result, err error) string {
 	return "error"
 }
 
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
+func errString(err error) string { return withAdvice(err) }
 
 func (g *globals) writeMetrics(command string, j *journal.Journal, res engine.Result, outcome string) error {
 	u := metrics.Upgrade{Command: command, Txn: res.Txn, Result: outcome, Duration: res.Elapsed, Finished: time.Now()}

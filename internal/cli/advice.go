@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/journal"
+)
+
+// advice is what the operator should do about err, as the CLI says it:
+// the library returns typed errors that state what is wrong, and the
+// commands to run next are the CLI's to name. It is appended to the error
+// where the error is printed; "" when there is nothing to add.
+func advice(err error) string {
+	var rf *engine.RollbackFailedError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &rf):
+		adv := ". The node state in the journal is still the one from before this transaction; `stratum-upgrade status` shows each component. Fix the cause, then run `stratum-upgrade render` to put every manifest back from it."
+		if rf.EtcdAside != "" {
+			adv = fmt.Sprintf(". etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `stratum-upgrade render`, or etcd starts as a new, empty cluster", rf.EtcdDataDir, rf.EtcdAside, rf.EtcdDataDir+".stratum-restore") + adv
+		}
+		return adv
+	case errors.Is(err, engine.ErrStillOpen):
+		return "; once the cause is fixed, `stratum-upgrade resume` continues it"
+	case errors.Is(err, journal.ErrTxnOpen):
+		return "; run `stratum-upgrade resume` to finish it, or `stratum-upgrade rollback` to undo it"
+	case errors.Is(err, journal.ErrLocked):
+		return "; wait for it, or see `stratum-upgrade status`"
+	case errors.Is(err, engine.ErrUnrestorable):
+		return "; run `stratum-upgrade render` to rewrite it from the node state, then try again"
+	case errors.Is(err, engine.ErrEtcdBackupTimeout):
+		return "; a larger etcd needs a longer --etcd-backup-timeout"
+	}
+	return ""
+}
+
+// withAdvice is err's message followed by its advice.
+func withAdvice(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error() + advice(err)
+}
