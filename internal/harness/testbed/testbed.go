@@ -30,7 +30,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
@@ -141,42 +140,6 @@ type Node struct {
 	exited   chan struct{}
 	stopOnce sync.Once
 	stopErr  error
-}
-
-// Start brings up a node for t (see StartNode) and registers its Stop with
-// t.Cleanup; a failure to start or a process left behind fails t.
-func Start(t testing.TB, opts Options) *Node {
-	t.Helper()
-	if opts.Root == "" {
-		opts.Root = t.TempDir()
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.NewTextHandler(tbWriter{t}, nil))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n, err := StartNode(ctx, opts)
-	if n != nil {
-		t.Cleanup(func() {
-			if err := n.Stop(); err != nil {
-				t.Errorf("testbed teardown: %v", err)
-			}
-			if t.Failed() {
-				n.dumpLogs(t)
-			}
-		})
-	}
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	return n
-}
-
-type tbWriter struct{ t testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // StartNode brings up a node: rewrites the state into the root, generates
@@ -651,18 +614,6 @@ func markedProcesses(root string) ([]int, error) {
 
 func containsEnv(env, want []byte) bool {
 	return strings.HasPrefix(string(env), string(want)) || strings.Contains(string(env), "\x00"+string(want))
-}
-
-func (n *Node) dumpLogs(t testing.TB) {
-	if b, err := os.ReadFile(n.KubeletLog); err == nil {
-		t.Logf("kubelet stand-in log %s:\n%s", n.KubeletLog, tail(b, 200))
-	}
-	logs, _ := filepath.Glob(filepath.Join(n.KubeletDir, "logs", "*", "*.log"))
-	for _, l := range logs {
-		if b, err := os.ReadFile(l); err == nil {
-			t.Logf("container log %s:\n%s", l, tail(b, 40))
-		}
-	}
 }
 
 func tail(b []byte, lines int) string {

@@ -136,6 +136,20 @@ func checkNothingLeft(t *testing.T, tmp string) {
 	}
 }
 
+// TestDemoLinksNoTesting keeps the demo a plain program: no package it
+// links imports testing (package testbed takes a TB interface for that).
+func TestDemoLinksNoTesting(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Split(string(out), "\n") {
+		if pkg == "testing" {
+			t.Fatal("the demo links package testing: a harness package it imports imports testing")
+		}
+	}
+}
+
 // TestDemo runs the demo end to end, as `make demo` does: it must exit 0,
 // show the commit with etcd on 3.6 and the rollback, and leave nothing
 // behind. This keeps the README's first command true.
