@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -434,16 +435,16 @@ func TestRebootMidUpgrade(t *testing.T) {
 func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 	t.Run("commit", func(t *testing.T) {
 		f := newFixture(t, testbed.Options{})
-		putKey(t, f.node, "before", "1")
+		etcdclient.Put(t, f.node, "before", "1")
 		res, err := f.e.Run(t.Context(), release(f.node.State, true, "", ""), nil)
 		if err != nil || res.Outcome != Committed {
 			t.Fatalf("Run: %+v %v", res, err)
 		}
 		txn := f.checkConverged(Committed, nil)
-		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.6.") {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.6.") {
 			t.Fatalf("etcd serves %s after the upgrade, want 3.6", v)
 		}
-		if got := getKey(t, f.node, "before"); got != "1" {
+		if got := etcdclient.Get(t, f.node, "before"); got != "1" {
 			t.Fatalf("key written before the upgrade: %q", got)
 		}
 		var b etcddata.Backup
@@ -453,12 +454,12 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 	})
 	t.Run("rollback", func(t *testing.T) {
 		f := newFixture(t, testbed.Options{})
-		putKey(t, f.node, "before", "1")
+		etcdclient.Put(t, f.node, "before", "1")
 		// Once etcd 3.6 runs, write to it: that write must be gone after the
 		// rollback restores the 3.5 member's backup.
 		f.onEvent = func(ev Event) {
 			if ev.Phase == string(journal.PhaseApplying) && ev.Step == "done" && ev.Component == nodestate.Etcd {
-				putKey(t, f.node, "during", "2")
+				etcdclient.Put(t, f.node, "during", "2")
 			}
 		}
 		before := f.manifests()
@@ -470,13 +471,13 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 			t.Fatalf("Run: %+v %v", res, err)
 		}
 		f.checkConverged(RolledBack, before)
-		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.5.") {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.5.") {
 			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
 		}
-		if got := getKey(t, f.node, "before"); got != "1" {
+		if got := etcdclient.Get(t, f.node, "before"); got != "1" {
 			t.Fatalf("key written before the upgrade: %q", got)
 		}
-		if got := getKey(t, f.node, "during"); got != "" {
+		if got := etcdclient.Get(t, f.node, "during"); got != "" {
 			t.Fatalf("key written during the upgrade survived the data restore: %q", got)
 		}
 		aside, _ := filepath.Glob(f.node.State.Etcd.DataDir + ".stratum-pre-rollback-*")
@@ -510,7 +511,7 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 				t.Errorf("%s was not restarted after etcd's data was restored: %v -> %v", comp, old, now)
 			}
 		}
-		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.5.") {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.5.") {
 			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
 		}
 	})

@@ -479,19 +479,25 @@ func (n *Node) WaitActive(ctx context.Context, timeout time.Duration) error {
 func (n *Node) Events() ([]standin.Event, error) { return standin.ReadEvents(n.EventsFile) }
 
 // EtcdEndpoint is the local etcd's client URL.
-func (n *Node) EtcdEndpoint() string {
-	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.State.Ports.EtcdClient))
-}
+func (n *Node) EtcdEndpoint() string { return EtcdURL(n.State.Ports.EtcdClient) }
 
 // EtcdTLS is a client TLS configuration for the local etcd: the
 // apiserver-etcd-client certificate and the etcd CA.
-func (n *Node) EtcdTLS() (*tls.Config, error) {
-	pki := n.State.PKIDir
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-etcd-client.crt"), filepath.Join(pki, "apiserver-etcd-client.key"))
+func (n *Node) EtcdTLS() (*tls.Config, error) { return EtcdClientTLS(n.State.PKIDir) }
+
+// EtcdURL is the client URL of an etcd listening on 127.0.0.1:port.
+func EtcdURL(port int) string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// EtcdClientTLS is a client TLS configuration for the etcd of the kubeadm
+// PKI in pkiDir: the apiserver-etcd-client certificate and the etcd CA.
+func EtcdClientTLS(pkiDir string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "apiserver-etcd-client.crt"), filepath.Join(pkiDir, "apiserver-etcd-client.key"))
 	if err != nil {
 		return nil, fmt.Errorf("testbed etcd client cert: %w", err)
 	}
-	ca, err := os.ReadFile(filepath.Join(pki, "etcd/ca.crt"))
+	ca, err := os.ReadFile(filepath.Join(pkiDir, "etcd/ca.crt"))
 	if err != nil {
 		return nil, fmt.Errorf("testbed etcd CA: %w", err)
 	}
