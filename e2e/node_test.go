@@ -20,6 +20,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
+	"github.com/ciq/stratum-upgrade/internal/harness/converge"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
@@ -176,19 +177,7 @@ func (n *node) saveRelease(t *testing.T, name string, r engine.Release) string {
 // hidden ones included.
 func (n *node) manifests(t *testing.T) map[string][]byte {
 	t.Helper()
-	out := map[string][]byte{}
-	ents, err := os.ReadDir(n.h.ManifestDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(n.h.ManifestDir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = b
-	}
-	return out
+	return converge.Manifests(t, n.h.ManifestDir)
 }
 
 // runOpts are the per-invocation settings of stratum-upgrade.
