@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
 
@@ -96,15 +96,11 @@ func (r *demoRun) wait(t *testing.T) int {
 
 func exitCode(t *testing.T, err error) int {
 	t.Helper()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.ExitCode()
+	code, err := runbin.ExitCode(err)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
 	}
-	t.Fatalf("demo: %v", err)
-	return -1
+	return code
 }
 
 // checkNothingLeft asserts the demo left no file in TMPDIR and no process
