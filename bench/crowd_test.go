@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/proc"
 )
 
@@ -196,7 +197,7 @@ func (c *crowd) stop(timeout time.Duration) error {
 func (c *crowd) kill(timeout time.Duration) error {
 	c.stdin.Close()
 	pgid := c.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	_ = runbin.KillGroup(c.cmd)
 	_ = c.cmd.Wait()
 	t := proc.Target{Name: "the sleepers", Binary: c.name}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -3,20 +3,16 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -39,7 +35,7 @@ func TestRealKubelet(t *testing.T) {
 
 	t.Run("commit-with-etcd-minor-upgrade", func(t *testing.T) {
 		n := resetNode(t, h)
-		putKey(t, n, "before", "1")
+		etcdclient.Put(t, n, "before", "1")
 		rel := n.writeRelease(t, "v1.34.5-etcd36", true, "", "")
 		r := n.run(t, runOpts{}, "run", "--to", rel)
 		rep.add(t, "commit (etcd 3.5.21 -> 3.6.5, 3 stand-ins v1.34.4 -> v1.34.5), default deadlines", r)
@@ -47,10 +43,10 @@ func TestRealKubelet(t *testing.T) {
 			t.Fatalf("run exited %d, want 0:\n%s", r.code, r.output())
 		}
 		checkConverged(t, n, engine.Committed, nil)
-		if v := etcdVersion(t, n); !strings.HasPrefix(v, "3.6.") {
+		if v := etcdclient.Version(t, n); !strings.HasPrefix(v, "3.6.") {
 			t.Errorf("etcd serves %s after the upgrade, want 3.6", v)
 		}
-		if got := getKey(t, n, "before"); got != "1" {
+		if got := etcdclient.Get(t, n, "before"); got != "1" {
 			t.Errorf("key written before the upgrade reads %q after it", got)
 		}
 	})
@@ -101,7 +97,7 @@ func TestRealKubelet(t *testing.T) {
 	for _, c := range crashes {
 		t.Run(c.name, func(t *testing.T) {
 			n := resetNode(t, h)
-			putKey(t, n, "before", "1")
+			etcdclient.Put(t, n, "before", "1")
 			before := n.manifests(t)
 			rel := n.writeRelease(t, "release", c.etcd36, c.fail, standin.ModeNeverListen)
 			var flags []string
@@ -114,7 +110,7 @@ func TestRealKubelet(t *testing.T) {
 				// the 3.5 member's backup, so that write must be gone.
 				o.onEvent = func(ev engine.Event) {
 					if ev.Phase == "applying" && ev.Step == "done" && ev.Component == nodestate.Etcd {
-						putKey(t, n, "during", "2")
+						etcdclient.Put(t, n, "during", "2")
 					}
 				}
 			}
@@ -133,7 +129,7 @@ func TestRealKubelet(t *testing.T) {
 				t.Fatalf("resume exited %d, want %d:\n%s", r.code, wantCode, r.output())
 			}
 			checkConverged(t, n, c.want, before)
-			if got := getKey(t, n, "before"); got != "1" {
+			if got := etcdclient.Get(t, n, "before"); got != "1" {
 				t.Errorf("key written before the upgrade reads %q after it", got)
 			}
 			if c.etcd36 {
@@ -141,10 +137,10 @@ func TestRealKubelet(t *testing.T) {
 				if c.want == engine.RolledBack {
 					want = "3.5."
 				}
-				if v := etcdVersion(t, n); !strings.HasPrefix(v, want) {
+				if v := etcdclient.Version(t, n); !strings.HasPrefix(v, want) {
 					t.Errorf("etcd serves %s, want %sx", v, want)
 				}
-				if got := getKey(t, n, "during"); c.want == engine.RolledBack && got != "" {
+				if got := etcdclient.Get(t, n, "during"); c.want == engine.RolledBack && got != "" {
 					t.Errorf("key written to etcd 3.6 during the upgrade survived the rollback's data restore: %q", got)
 				}
 			}
@@ -341,66 +337,9 @@ func (rep *report) write(t *testing.T) {
 	t.Logf("measurements written to %s", path)
 }
 
-// etcd client of the node (the apiserver-etcd-client certificate).
-func etcdClient(t *testing.T, n *node) *clientv3.Client {
-	t.Helper()
-	pki := n.st.PKIDir
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-etcd-client.crt"), filepath.Join(pki, "apiserver-etcd-client.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := os.ReadFile(filepath.Join(pki, "etcd/ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{n.etcdEndpoint()},
-		TLS:         &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
-		DialTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
+// EtcdEndpoint is the node's etcd client URL (etcdclient.Node).
+func (n *node) EtcdEndpoint() string { return testbed.EtcdURL(n.st.Ports.EtcdClient) }
 
-func (n *node) etcdEndpoint() string {
-	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.st.Ports.EtcdClient))
-}
-
-func putKey(t *testing.T, n *node, k, v string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := etcdClient(t, n).Put(ctx, k, v); err != nil {
-		t.Fatalf("etcd put %s: %v", k, err)
-	}
-}
-
-func getKey(t *testing.T, n *node, k string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := etcdClient(t, n).Get(ctx, k)
-	if err != nil {
-		t.Fatalf("etcd get %s: %v", k, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return ""
-	}
-	return string(resp.Kvs[0].Value)
-}
-
-func etcdVersion(t *testing.T, n *node) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := etcdClient(t, n).Status(ctx, n.etcdEndpoint())
-	if err != nil {
-		t.Fatalf("etcd status: %v", err)
-	}
-	return st.Version
-}
+// EtcdTLS is the node's etcd client TLS: the apiserver-etcd-client
+// certificate and the etcd CA (etcdclient.Node).
+func (n *node) EtcdTLS() (*tls.Config, error) { return testbed.EtcdClientTLS(n.st.PKIDir) }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,25 +18,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/engine"
-	"github.com/ciq/stratum-upgrade/internal/harness/build"
+	"github.com/ciq/stratum-upgrade/internal/harness/converge"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 )
-
-// stratumBinary builds cmd/stratum-upgrade, with the fault points compiled in, once
-// per test process.
-func stratumBinary(t *testing.T) string {
-	t.Helper()
-	p, err := build.StratumUpgrade(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // node is a control-plane node on the Host's kubelet, driven by the real
 // stratum-upgrade binary.
@@ -176,19 +165,7 @@ func (n *node) saveRelease(t *testing.T, name string, r engine.Release) string {
 // hidden ones included.
 func (n *node) manifests(t *testing.T) map[string][]byte {
 	t.Helper()
-	out := map[string][]byte{}
-	ents, err := os.ReadDir(n.h.ManifestDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(n.h.ManifestDir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = b
-	}
-	return out
+	return converge.Manifests(t, n.h.ManifestDir)
 }
 
 // runOpts are the per-invocation settings of stratum-upgrade.
@@ -214,17 +191,9 @@ type runResult struct {
 func (r runResult) output() string {
 	if len(r.foreign) > 0 {
 		return fmt.Sprintf("INTERFERENCE: another test's component processes %v ran meanwhile and the scan is host-wide: this result is not trustworthy; rerun on a quiet machine (or with %s=1)\n", r.foreign, EnvScope) +
-			"stdout:\n" + lastLines(r.stdout, 30) + "\nstderr:\n" + lastLines(r.stderr, 30)
+			"stdout:\n" + runbin.LastLines(r.stdout, 30) + "\nstderr:\n" + runbin.LastLines(r.stderr, 30)
 	}
-	return "stdout:\n" + lastLines(r.stdout, 30) + "\nstderr:\n" + lastLines(r.stderr, 30)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return "stdout:\n" + runbin.LastLines(r.stdout, 30) + "\nstderr:\n" + runbin.LastLines(r.stderr, 30)
 }
 
 // run runs the real binary against the Host's static pod directory with a
@@ -236,11 +205,9 @@ func (n *node) run(t *testing.T, o runOpts, args ...string) runResult {
 	if scoped() {
 		argv = append(argv, "--proc-scope", strconv.Itoa(os.Getpid()))
 	}
-	cmd := exec.Command(stratumBinary(t), argv...)
-	cmd.Env = append(os.Environ(), build.FaultEnv+"="+o.fault)
+	cmd := runbin.Command(runbin.Stratum(t), o.fault, argv...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -279,11 +246,13 @@ func (n *node) run(t *testing.T, o runOpts, args ...string) runResult {
 			}
 		}
 	}
-	_ = cmd.Wait()
+	werr := cmd.Wait()
 	stopWatch()
 	r.elapsed = time.Since(start)
-	r.code = cmd.ProcessState.ExitCode()
 	r.stdout, r.stderr = stdout.String(), stderr.String()
+	if r.code, err = runbin.ExitCode(werr); err != nil {
+		t.Fatalf("stratum-upgrade %s (fault %q): %v\n%s", args[0], o.fault, err, r.output())
+	}
 	t.Logf("stratum-upgrade %s (fault %q): exit %d in %s", args[0], o.fault, r.code, r.elapsed.Round(time.Millisecond))
 	if len(r.foreign) > 0 {
 		t.Logf("INTERFERENCE: component processes of another test ran during this invocation: %v", r.foreign)

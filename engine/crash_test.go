@@ -5,18 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/fault"
-	"github.com/ciq/stratum-upgrade/internal/harness/build"
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -30,17 +28,6 @@ import (
 // converged: committed (all new) or rolled back (all old, the snapshot's
 // bytes but for restarted-at), no staging file, every component process
 // started after its manifest's last write, no open transaction.
-
-// binary builds cmd/stratum-upgrade, with the fault points compiled in, once
-// per test process.
-func binary(t *testing.T) string {
-	t.Helper()
-	p, err := build.StratumUpgrade(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // crashNode is a test bed node driven by the real binary.
 type crashNode struct {
@@ -78,33 +65,23 @@ func (c *crashNode) args(extra ...string) []string {
 		"--stop-timeout", "10s", "--soak", "1s", "--log-level", "info")
 }
 
-// run runs the binary to its end and returns its exit code (-1 when killed
-// by a signal); want >= 0 asserts it.
+// run runs the binary to its end and returns its exit code (-1 when
+// SIGKILLed, as a fault point does; any other signal fails the test); want
+// >= 0 asserts it.
 func (c *crashNode) run(want int, faultAt string, args ...string) int {
 	c.t.Helper()
-	cmd := exec.Command(binary(c.t), c.args(args...)...)
-	cmd.Env = append(os.Environ(), build.FaultEnv+"="+faultAt)
+	cmd := runbin.Command(runbin.Stratum(c.t), faultAt, c.args(args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err := cmd.Run()
-	code := cmd.ProcessState.ExitCode()
-	if err != nil && code < 0 && !strings.Contains(err.Error(), "killed") {
+	code, err := runbin.ExitCode(cmd.Run())
+	if err != nil {
 		c.t.Fatalf("%v: %v\n%s", args, err, out.String())
 	}
 	if want >= 0 && code != want {
 		c.t.Fatalf("stratum-upgrade %s (fault %q) exited %d, want %d:\n%s", strings.Join(args, " "), faultAt, code, want, out.String())
 	}
-	c.t.Logf("stratum-upgrade %s (fault %q): exit %d\n%s", args[0], faultAt, code, lastLines(out.String(), 6))
+	c.t.Logf("stratum-upgrade %s (fault %q): exit %d\n%s", args[0], faultAt, code, runbin.LastLines(out.String(), 6))
 	return code
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // converged resumes and checks the end state.
@@ -190,10 +167,9 @@ func TestCrashRandom(t *testing.T) {
 				fail = nodestate.Scheduler
 			}
 			c := newCrashNode(t, fail)
-			cmd := exec.Command(binary(t), c.args("run", "--to", c.release)...)
+			cmd := runbin.Command(runbin.Stratum(t), "", c.args("run", "--to", c.release)...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -202,10 +178,10 @@ func TestCrashRandom(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(delay):
-				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				runbin.KillGroup(cmd)
 				<-done
 			}
-			t.Logf("run: exit %d\n%s", cmd.ProcessState.ExitCode(), lastLines(out.String(), 4))
+			t.Logf("run: exit %d\n%s", cmd.ProcessState.ExitCode(), runbin.LastLines(out.String(), 4))
 			want := Committed
 			if failing {
 				want = RolledBack

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/internal/harness/converge"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -93,143 +94,25 @@ func release(st *nodestate.NodeState, etcd36 bool, fail string, mode standin.Mod
 	return r
 }
 
-// manifests returns the bytes of every manifest in the directory.
+// manifests returns the bytes of every entry of the manifest directory.
 func (f *fixture) manifests() map[string][]byte {
 	f.t.Helper()
-	out := map[string][]byte{}
-	entries, err := os.ReadDir(f.node.ManifestDir)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(f.node.ManifestDir, e.Name()))
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		out[e.Name()] = b
-	}
-	return out
+	return converge.Manifests(f.t, f.node.ManifestDir)
 }
 
-// checkConverged asserts the invariants of a node after a transaction
-// ended: no open transaction; the manifest directory holds exactly the
-// roster's manifests, no staging file; for a commit, every manifest is the
-// render of the committed state; for a rollback, every manifest is the
-// snapshot's, byte-identical for the components the transaction did not
-// write and identical but for restarted-at for those it did; every
-// component active; and every running component process started after its
-// manifest was last written.
+// checkConverged asserts converge.Check's invariants of the fixture's node
+// and journal after a transaction ended.
 func (f *fixture) checkConverged(want Outcome, before map[string][]byte) *journal.Txn {
 	f.t.Helper()
 	return checkConverged(f.t, f.node, f.j, want, before)
 }
 
-// checkConverged is fixture.checkConverged for any node and journal.
+// checkConverged is converge.Check on a test bed node: the scan scoped to
+// its kubelet stand-in, every component active within 20 s, all within
+// 30 s.
 func checkConverged(t *testing.T, n *testbed.Node, j *journal.Journal, want Outcome, before map[string][]byte) *journal.Txn {
 	t.Helper()
-	f := &fixture{t: t, node: n, j: j}
-	if open, err := f.j.OpenTxn(); err != nil || open != nil {
-		f.t.Fatalf("a transaction is still open: %+v %v", open, err)
-	}
-	hist, err := f.j.History(1)
-	if err != nil || len(hist) != 1 {
-		f.t.Fatalf("history: %v %v", hist, err)
-	}
-	last := hist[0]
-	if string(last.Phase) != string(want) {
-		f.t.Fatalf("last transaction %s ended %s (%s), want %s", last.ID, last.Phase, last.Reason, want)
-	}
-	st, err := f.j.NodeState()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	now := f.manifests()
-	roster := manifest.NamesFor(st)
-	if len(now) != len(roster) {
-		f.t.Errorf("manifest dir holds %d entries, want the %d of the roster: %v", len(now), len(roster), keys(now))
-	}
-	prof, err := manifest.LoadProfile(st)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	written := map[string]bool{}
-	for _, c := range last.Changed {
-		written[c] = true
-	}
-	for _, comp := range roster {
-		got, ok := now[manifest.FileName(comp)]
-		if !ok {
-			f.t.Errorf("%s has no manifest", comp)
-			continue
-		}
-		pod, err := manifest.DecodePod(got)
-		if err != nil {
-			f.t.Fatalf("%s: %v", comp, err)
-		}
-		switch want {
-		case Committed:
-			render, _ := manifest.RenderBytes(st, prof, comp, manifest.RestartedAt(pod))
-			if string(render) != string(got) {
-				f.t.Errorf("%s is not the render of the committed state", comp)
-			}
-		case RolledBack:
-			old := before[manifest.FileName(comp)]
-			if !written[comp] {
-				if string(old) != string(got) {
-					f.t.Errorf("%s was not written by the upgrade but differs after the rollback", comp)
-				}
-				continue
-			}
-			a, _ := manifest.SetRestartedAt(old, "")
-			b, _ := manifest.SetRestartedAt(got, "")
-			if string(a) != string(b) {
-				f.t.Errorf("%s differs from the snapshot beyond restarted-at:\n%s\n---\n%s", comp, old, got)
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, comp := range roster {
-		tg, _ := manifest.Target(st, comp)
-		if err := f.node.Scanner.WaitActive(ctx, tg, 20*time.Second); err != nil {
-			f.t.Errorf("%s not active after the transaction: %v", comp, err)
-		}
-		f.checkStartedAfterWrite(comp, tg)
-	}
-	return &last
-}
-
-// checkStartedAfterWrite asserts every process of comp started after its
-// manifest's last write (clock ticks resolution).
-func (f *fixture) checkStartedAfterWrite(comp string, tg proc.Target) {
-	f.t.Helper()
-	fi, err := os.Stat(filepath.Join(f.node.ManifestDir, manifest.FileName(comp)))
-	if err != nil {
-		f.t.Errorf("%s: %v", comp, err)
-		return
-	}
-	m, err := f.node.Scanner.Mark()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	ps, err := f.node.Scanner.PIDs(tg.Binary)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, p := range ps {
-		started := time.Now().Add(-time.Duration(m.Ticks-p.StartTicks) * 10 * time.Millisecond)
-		if started.Before(fi.ModTime().Add(-20 * time.Millisecond)) {
-			f.t.Errorf("%s pid %d started at %s, before its manifest was last written at %s", comp, p.PID, started.Format(time.StampMilli), fi.ModTime().Format(time.StampMilli))
-		}
-	}
-}
-
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+	return converge.Check(t, converge.Node{ManifestDir: n.ManifestDir, Scanner: n.Scanner, Wait: 30 * time.Second, Active: 20 * time.Second}, j, journal.Phase(want), before)
 }
 
 func TestUpgradeCommits(t *testing.T) {
@@ -434,16 +317,16 @@ func TestRebootMidUpgrade(t *testing.T) {
 func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 	t.Run("commit", func(t *testing.T) {
 		f := newFixture(t, testbed.Options{})
-		putKey(t, f.node, "before", "1")
+		etcdclient.Put(t, f.node, "before", "1")
 		res, err := f.e.Run(t.Context(), release(f.node.State, true, "", ""), nil)
 		if err != nil || res.Outcome != Committed {
 			t.Fatalf("Run: %+v %v", res, err)
 		}
 		txn := f.checkConverged(Committed, nil)
-		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.6.") {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.6.") {
 			t.Fatalf("etcd serves %s after the upgrade, want 3.6", v)
 		}
-		if got := getKey(t, f.node, "before"); got != "1" {
+		if got := etcdclient.Get(t, f.node, "before"); got != "1" {
 			t.Fatalf("key written before the upgrade: %q", got)
 		}
 		var b etcddata.Backup
@@ -453,12 +336,12 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 	})
 	t.Run("rollback", func(t *testing.T) {
 		f := newFixture(t, testbed.Options{})
-		putKey(t, f.node, "before", "1")
+		etcdclient.Put(t, f.node, "before", "1")
 		// Once etcd 3.6 runs, write to it: that write must be gone after the
 		// rollback restores the 3.5 member's backup.
 		f.onEvent = func(ev Event) {
 			if ev.Phase == string(journal.PhaseApplying) && ev.Step == "done" && ev.Component == nodestate.Etcd {
-				putKey(t, f.node, "during", "2")
+				etcdclient.Put(t, f.node, "during", "2")
 			}
 		}
 		before := f.manifests()
@@ -470,13 +353,13 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 			t.Fatalf("Run: %+v %v", res, err)
 		}
 		f.checkConverged(RolledBack, before)
-		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.5.") {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.5.") {
 			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
 		}
-		if got := getKey(t, f.node, "before"); got != "1" {
+		if got := etcdclient.Get(t, f.node, "before"); got != "1" {
 			t.Fatalf("key written before the upgrade: %q", got)
 		}
-		if got := getKey(t, f.node, "during"); got != "" {
+		if got := etcdclient.Get(t, f.node, "during"); got != "" {
 			t.Fatalf("key written during the upgrade survived the data restore: %q", got)
 		}
 		aside, _ := filepath.Glob(f.node.State.Etcd.DataDir + ".stratum-pre-rollback-*")
@@ -510,7 +393,7 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 				t.Errorf("%s was not restarted after etcd's data was restored: %v -> %v", comp, old, now)
 			}
 		}
-		if v := etcdVersion(t, f.node); !strings.HasPrefix(v, "3.5.") {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.5.") {
 			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
 		}
 	})

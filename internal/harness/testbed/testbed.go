@@ -30,7 +30,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
@@ -141,42 +140,6 @@ type Node struct {
 	exited   chan struct{}
 	stopOnce sync.Once
 	stopErr  error
-}
-
-// Start brings up a node for t (see StartNode) and registers its Stop with
-// t.Cleanup; a failure to start or a process left behind fails t.
-func Start(t testing.TB, opts Options) *Node {
-	t.Helper()
-	if opts.Root == "" {
-		opts.Root = t.TempDir()
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.NewTextHandler(tbWriter{t}, nil))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n, err := StartNode(ctx, opts)
-	if n != nil {
-		t.Cleanup(func() {
-			if err := n.Stop(); err != nil {
-				t.Errorf("testbed teardown: %v", err)
-			}
-			if t.Failed() {
-				n.dumpLogs(t)
-			}
-		})
-	}
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	return n
-}
-
-type tbWriter struct{ t testing.TB }
-
-func (w tbWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // StartNode brings up a node: rewrites the state into the root, generates
@@ -516,19 +479,25 @@ func (n *Node) WaitActive(ctx context.Context, timeout time.Duration) error {
 func (n *Node) Events() ([]standin.Event, error) { return standin.ReadEvents(n.EventsFile) }
 
 // EtcdEndpoint is the local etcd's client URL.
-func (n *Node) EtcdEndpoint() string {
-	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.State.Ports.EtcdClient))
-}
+func (n *Node) EtcdEndpoint() string { return EtcdURL(n.State.Ports.EtcdClient) }
 
 // EtcdTLS is a client TLS configuration for the local etcd: the
 // apiserver-etcd-client certificate and the etcd CA.
-func (n *Node) EtcdTLS() (*tls.Config, error) {
-	pki := n.State.PKIDir
-	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-etcd-client.crt"), filepath.Join(pki, "apiserver-etcd-client.key"))
+func (n *Node) EtcdTLS() (*tls.Config, error) { return EtcdClientTLS(n.State.PKIDir) }
+
+// EtcdURL is the client URL of an etcd listening on 127.0.0.1:port.
+func EtcdURL(port int) string {
+	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// EtcdClientTLS is a client TLS configuration for the etcd of the kubeadm
+// PKI in pkiDir: the apiserver-etcd-client certificate and the etcd CA.
+func EtcdClientTLS(pkiDir string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pkiDir, "apiserver-etcd-client.crt"), filepath.Join(pkiDir, "apiserver-etcd-client.key"))
 	if err != nil {
 		return nil, fmt.Errorf("testbed etcd client cert: %w", err)
 	}
-	ca, err := os.ReadFile(filepath.Join(pki, "etcd/ca.crt"))
+	ca, err := os.ReadFile(filepath.Join(pkiDir, "etcd/ca.crt"))
 	if err != nil {
 		return nil, fmt.Errorf("testbed etcd CA: %w", err)
 	}
@@ -651,18 +620,6 @@ func markedProcesses(root string) ([]int, error) {
 
 func containsEnv(env, want []byte) bool {
 	return strings.HasPrefix(string(env), string(want)) || strings.Contains(string(env), "\x00"+string(want))
-}
-
-func (n *Node) dumpLogs(t testing.TB) {
-	if b, err := os.ReadFile(n.KubeletLog); err == nil {
-		t.Logf("kubelet stand-in log %s:\n%s", n.KubeletLog, tail(b, 200))
-	}
-	logs, _ := filepath.Glob(filepath.Join(n.KubeletDir, "logs", "*", "*.log"))
-	for _, l := range logs {
-		if b, err := os.ReadFile(l); err == nil {
-			t.Logf("container log %s:\n%s", l, tail(b, 40))
-		}
-	}
 }
 
 func tail(b []byte, lines int) string {

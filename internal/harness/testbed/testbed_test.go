@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -53,26 +52,12 @@ func checkNode(t *testing.T, n *Node, want []string) {
 	}
 }
 
-func etcdClient(t *testing.T, n *Node) *clientv3.Client {
-	t.Helper()
-	tlsc, err := n.EtcdTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{n.EtcdEndpoint()}, TLS: tlsc, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func TestFullNodeFromRenderedManifests(t *testing.T) {
 	n := Start(t, Options{})
 	checkNode(t, n, []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"})
 
 	// Real etcd on the generated PKI: a write and a read through TLS.
-	c := etcdClient(t, n)
+	c := etcdclient.New(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.Put(ctx, "/stratum/probe", "ok"); err != nil {
@@ -155,7 +140,7 @@ func TestCISNode(t *testing.T) {
 // binary must take over the 3.5 member's data and keep its keys.
 func TestEtcd36StartsOnThe35DataDir(t *testing.T) {
 	n := Start(t, Options{})
-	c := etcdClient(t, n)
+	c := etcdclient.New(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, err := c.Put(ctx, "/stratum/kept", "from-3.5"); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
 
@@ -96,15 +96,11 @@ func (r *demoRun) wait(t *testing.T) int {
 
 func exitCode(t *testing.T, err error) int {
 	t.Helper()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.ExitCode()
+	code, err := runbin.ExitCode(err)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
 	}
-	t.Fatalf("demo: %v", err)
-	return -1
+	return code
 }
 
 // checkNothingLeft asserts the demo left no file in TMPDIR and no process
@@ -132,6 +128,20 @@ func checkNothingLeft(t *testing.T, tmp string) {
 			if bytes.HasPrefix(kv, want) {
 				t.Errorf("process %s of the demo's node is still running (%s)", p.Name(), kv)
 			}
+		}
+	}
+}
+
+// TestDemoLinksNoTesting keeps the demo a plain program: no package it
+// links imports testing (package testbed takes a TB interface for that).
+func TestDemoLinksNoTesting(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Split(string(out), "\n") {
+		if pkg == "testing" {
+			t.Fatal("the demo links package testing: a harness package it imports imports testing")
 		}
 	}
 }

@@ -43,6 +43,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -385,12 +386,8 @@ func (d *demo) run(ctx context.Context, want int, filter *regexp.Regexp, args ..
 	if grep != nil {
 		grep.flush()
 	}
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
+	code, err := runbin.ExitCode(err)
+	if err != nil {
 		return fmt.Errorf("stratum-upgrade %s: %w", line, err)
 	}
 	if code != want {
