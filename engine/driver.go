@@ -96,6 +96,9 @@ func (r *run) result(o Outcome, reason string) Result {
 }
 
 func (e *Engine) setPhase(r *run, p journal.Phase, reason string) error {
+	if err := move(r.txn.Phase, p); err != nil {
+		return err
+	}
 	err := e.j.Update(r.txn.ID, func(t *journal.Txn) error {
 		t.Phase = p
 		if reason != "" {
@@ -115,6 +118,9 @@ func (e *Engine) setPhase(r *run, p journal.Phase, reason string) error {
 
 // append journals recs, setting the phase, before the caller acts on them.
 func (e *Engine) append(r *run, p journal.Phase, recs ...journal.Record) error {
+	if err := move(r.txn.Phase, p); err != nil {
+		return err
+	}
 	stored, err := e.j.Append(r.txn.ID, p, recs...)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)

@@ -59,6 +59,9 @@ func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
 		}
 		e.hit(fault.AfterEtcdBackup)
 	}
+	if err := move(r.txn.Phase, journal.PhaseSnapshotted); err != nil {
+		return err
+	}
 	err := e.j.Update(r.txn.ID, func(t *journal.Txn) error {
 		t.Phase, t.SnapshotDir, t.EtcdBackup = journal.PhaseSnapshotted, dir, backup
 		return nil

@@ -54,6 +54,9 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 		return err
 	}
 	e.hit(fault.BeforeCommit)
+	if err := move(r.txn.Phase, journal.PhaseCommitted); err != nil {
+		return err
+	}
 	if err := e.j.Commit(r.txn.ID, r.to, journal.Record{Phase: journal.PhaseCommitted, Step: stepVerify}); err != nil {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)
 	}
