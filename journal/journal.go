@@ -58,6 +58,9 @@ var (
 	ErrLocked = errors.New("another stratum-upgrade holds the journal")
 	// ErrTxnOpen: a transaction is open, so Begin or PutNodeState is refused.
 	ErrTxnOpen = errors.New("a transaction is open")
+	// ErrNeedsMigration: a read-only Open found an older schema; a
+	// read-write Open migrates it.
+	ErrNeedsMigration = errors.New("it needs migrating")
 	// ErrNoState: no node state has been imported yet.
 	ErrNoState = errors.New("no node state in the journal; import one first")
 	// ErrNoTxn: no transaction has the given id.
@@ -202,7 +205,7 @@ func (j *Journal) prepare(readOnly bool) error {
 		j.ready = true
 		return nil
 	case readOnly:
-		return fmt.Errorf("journal %s has schema version %d and needs migrating to version %d; open it read-write (nothing was written)", j.path, version, currentVersion)
+		return fmt.Errorf("journal %s has schema version %d: %w to version %d, which a read-only open cannot do (nothing was written)", j.path, version, ErrNeedsMigration, currentVersion)
 	}
 	err = j.update(func(tx *bolt.Tx, now time.Time) error {
 		// Re-read inside the write transaction: it is the one that counts.

@@ -211,7 +211,8 @@ func TestOpenRefuses(t *testing.T) {
 				writeV0(t, path, nil)
 			},
 			opt:  Options{ReadOnly: true},
-			want: []string{"schema version 0", "open it read-write"},
+			want: []string{"schema version 0", "needs migrating", "read-only"},
+			is:   ErrNeedsMigration,
 		},
 		{
 			name: "foreign bbolt database",
