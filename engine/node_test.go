@@ -210,8 +210,9 @@ func TestRollbackThatFailsIsJournaled(t *testing.T) {
 	if !errors.Is(err, ErrRollbackFailed) || res.Outcome != RollbackFailed {
 		t.Fatalf("Run: %+v %v", res, err)
 	}
-	if !strings.Contains(err.Error(), "stratum-upgrade render") {
-		t.Errorf("error does not say what to do: %v", err)
+	var rf *RollbackFailedError
+	if !errors.As(err, &rf) || rf.Txn == "" || rf.EtcdAside != "" {
+		t.Errorf("error is not a RollbackFailedError for the txn (with etcd's data in place): %#v", err)
 	}
 	hist, _ := f.j.History(1)
 	if hist[0].Phase != journal.PhaseRollbackFailed || len(hist[0].Detail) == 0 || !strings.Contains(string(hist[0].Detail), `"component":"kube-scheduler"`) {

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/journal"
+)
+
+// Each typed error of the library gets the advice that names what to run.
+func TestAdvice(t *testing.T) {
+	cases := []struct {
+		err  error
+		want []string
+	}{
+		{fmt.Errorf("run: %w: transaction x (upgrade) is in phase applying", journal.ErrTxnOpen), []string{"`stratum-upgrade resume`", "`stratum-upgrade rollback`"}},
+		{fmt.Errorf("%w: x: %w", engine.ErrInterrupted, engine.ErrStillOpen), []string{"`stratum-upgrade resume` continues it"}},
+		{fmt.Errorf("%w: manifest m", engine.ErrUnrestorable), []string{"`stratum-upgrade render`"}},
+		{fmt.Errorf("%w: slow", engine.ErrEtcdBackupTimeout), []string{"--etcd-backup-timeout"}},
+		{fmt.Errorf("open: %w", journal.ErrNeedsMigration), []string{"`stratum-upgrade resume`"}},
+		{&engine.RollbackFailedError{Txn: "t", Reason: "r"}, []string{"`stratum-upgrade status`", "`stratum-upgrade render`"}},
+		{&engine.RollbackFailedError{Txn: "t", Reason: "r", EtcdDataDir: "/var/lib/etcd", EtcdAside: "/var/lib/etcd.stratum-pre-rollback-t"},
+			[]string{"/var/lib/etcd.stratum-pre-rollback-t", "BEFORE running `stratum-upgrade render`"}},
+	}
+	for _, c := range cases {
+		got := withAdvice(c.err)
+		if !strings.HasPrefix(got, c.err.Error()) {
+			t.Errorf("%v: the advice replaced the error: %q", c.err, got)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%v: advice %q does not say %q", c.err, got, w)
+			}
+		}
+	}
+	if a := advice(errors.New("plain")); a != "" {
+		t.Errorf("advice for an untyped error: %q", a)
+	}
+}
