@@ -100,6 +100,9 @@ func (c *crashNode) resumeAndCheck(want Outcome) {
 	checkConverged(c.t, c.node, j, want, c.before)
 }
 
+// TestCrashMatrix runs its cases in parallel (go test's -parallel, by
+// default one per core): each is its own node, and every scan the binary
+// makes is scoped to that node's kubelet stand-in (--proc-scope).
 func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash matrix: every step boundary, each on a fresh node")
@@ -109,6 +112,7 @@ func TestCrashMatrix(t *testing.T) {
 	t.Run("upgrade", func(t *testing.T) {
 		for _, pt := range fault.UpgradePoints(manifest.NamesFor(st)) {
 			t.Run(string(pt), func(t *testing.T) {
+				t.Parallel()
 				c := newCrashNode(t, "")
 				if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {
 					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
@@ -120,6 +124,7 @@ func TestCrashMatrix(t *testing.T) {
 	t.Run("rollback", func(t *testing.T) {
 		for _, pt := range fault.RollbackPoints(manifest.NamesFor(st)) {
 			t.Run(string(pt), func(t *testing.T) {
+				t.Parallel()
 				c := newCrashNode(t, nodestate.Scheduler)
 				if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {
 					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)

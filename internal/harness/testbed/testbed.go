@@ -292,9 +292,20 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 	return st, nil
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1. They are free
-// when returned; another process may still take one before it is used.
+// handedOut is every port FreePorts returned in this process: nodes started
+// in parallel (the crash matrix) never get the same port, even when the
+// kernel offers a port again after the first node's check released it.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1, none returned
+// before in this process. They are free when returned; another process may
+// still take one before it is used.
 func FreePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var lns []net.Listener
 	defer func() {
 		for _, l := range lns {
@@ -308,7 +319,12 @@ func FreePorts(n int) ([]int, error) {
 			return nil, fmt.Errorf("testbed: free port: %w", err)
 		}
 		lns = append(lns, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue // held open until return, so the next try gets another
+		}
+		handedOut.ports[port] = true
+		out = append(out, port)
 	}
 	return out, nil
 }
