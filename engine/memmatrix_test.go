@@ -25,6 +25,7 @@ import (
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
 )
 
 // The crash matrix in memory: the same points as TestCrashMatrix (and the
@@ -543,4 +544,222 @@ func TestMemMatrix(t *testing.T) {
 	}
 	t.Logf("%d cases in %s: per case mean %s, median %s, max %s", len(times), time.Since(start).Round(time.Millisecond),
 		(sum / time.Duration(len(times))).Round(time.Microsecond), times[len(times)/2].Round(time.Microsecond), times[len(times)-1].Round(time.Microsecond))
+}
+
+// TestMemModelServesTheEngine pins the model rules the engine's recovery
+// relies on, through the engine's own store and journal.
+func TestMemModelServesTheEngine(t *testing.T) {
+	ctx := t.Context()
+	sched := nodestate.Scheduler
+	target := func(n *memNode, comp string) proc.Target {
+		tg, err := manifest.Target(n.st, comp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tg
+	}
+	mark := func(n *memNode) proc.Mark {
+		m, err := n.k.Mark()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.k.PastMark(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	t.Run("a write after a mark is a replacement after it", func(t *testing.T) {
+		n := newMemNode(t)
+		m := mark(n)
+		if err := n.k.WaitReplaced(ctx, target(n, sched), m, time.Minute); err == nil {
+			t.Fatal("replaced with nothing written")
+		}
+		to, _ := release(n.st, false, "", "").Apply(n.st)
+		if err := n.store.Start(to, sched); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.k.WaitReplaced(ctx, target(n, sched), m, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("the same bytes again restart nothing; a new restarted-at does", func(t *testing.T) {
+		// Why a rollback journals its stamp before writing (a resumed
+		// restore rewrites the same bytes, a no-op) and why a rollback
+		// --last stamps the snapshot's bytes (they would be a UID kubelet
+		// already ran).
+		n := newMemNode(t)
+		old, _ := n.store.Read(sched)
+		stamp := n.store.Stamp()
+		if changed, err := n.store.RestartAsIs(sched, stamp); err != nil || !changed {
+			t.Fatalf("RestartAsIs: %v %v", changed, err)
+		}
+		m := mark(n)
+		if changed, err := n.store.RestartAsIs(sched, stamp); err != nil || changed {
+			t.Fatalf("RestartAsIs with the same stamp: %v %v", changed, err)
+		}
+		if err := n.k.WaitReplaced(ctx, target(n, sched), m, time.Minute); err == nil {
+			t.Fatal("rewriting the same stamp replaced the pod")
+		}
+		if _, err := n.store.Put(sched, old); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.k.WaitReplaced(ctx, target(n, sched), m, time.Minute); err != nil {
+			t.Fatalf("the stamp removed again: %v", err)
+		}
+	})
+	t.Run("Stop waits until the process is gone", func(t *testing.T) {
+		n := newMemNode(t)
+		old, _ := n.store.Read(nodestate.Etcd)
+		if err := (modelStore{n.store, n.k}).Stop(ctx, n.st, nodestate.Etcd, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if ps, _ := n.k.PIDs("etcd"); len(ps) != 0 {
+			t.Fatalf("etcd runs after Stop: %v", ps)
+		}
+		if _, err := n.store.Put(nodestate.Etcd, old); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.k.WaitActive(ctx, target(n, nodestate.Etcd), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("journal records carry the model's boot id, across a reboot", func(t *testing.T) {
+		// verify() trusts a done record's identity only when its boot id is
+		// the current mark's.
+		n := newMemNode(t)
+		txn, err := n.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: must(n.st.Marshal()), To: must(n.st.Marshal())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1 := mark(n)
+		n.crash(true)
+		m2 := mark(n)
+		if m1.BootID == m2.BootID {
+			t.Fatal("the boot id did not change")
+		}
+		if _, err := n.j.Append(txn.ID, journal.PhaseApplying, journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: sched, ProcMark: &m2}); err != nil {
+			t.Fatal(err)
+		}
+		recs, _ := n.j.Records(txn.ID)
+		if len(recs) == 0 || recs[len(recs)-1].BootID != m2.BootID {
+			t.Fatalf("records %+v: want the last in boot %s", recs, m2.BootID)
+		}
+		// A mark of the old boot counts every process as new.
+		for _, comp := range manifest.NamesFor(n.st) {
+			if err := n.k.WaitReplaced(ctx, target(n, comp), m1, time.Minute); err != nil {
+				t.Errorf("%s: %v", comp, err)
+			}
+		}
+	})
+	t.Run("identity is steady for a healthy component and not for a crash loop", func(t *testing.T) {
+		n := newMemNode(t)
+		e := n.engine(nil)
+		a, _ := e.identity(n.st, sched)
+		if b, _ := e.identity(n.st, sched); a != b || a == "null" {
+			t.Fatalf("a healthy scheduler's identity moved: %s -> %s", a, b)
+		}
+		to, _ := release(n.st, false, sched, standin.ModeCrashAfter).Apply(n.st)
+		if err := n.store.Start(to, sched); err != nil {
+			t.Fatal(err)
+		}
+		a, _ = e.identity(to, sched)
+		if b, _ := e.identity(to, sched); a == b || !n.k.Active(ctx, target(n, sched)) {
+			t.Fatalf("crash-after: identity %s -> %s (want a new process each look), active %v", a, b, n.k.Active(ctx, target(n, sched)))
+		}
+	})
+}
+
+// TestMemFailuresRollBack runs TestFailuresRollBack's failing components
+// on the model: each failure mode is caught (crash-after only by the soak)
+// and the upgrade rolls back to a converged node.
+func TestMemFailuresRollBack(t *testing.T) {
+	for _, c := range []struct {
+		mode standin.Mode
+		comp string
+		want string
+	}{
+		{standin.ModeNeverListen, nodestate.Scheduler, "to answer on"},
+		{standin.ModeExitAtStart, nodestate.ControllerManager, "to answer on"},
+		{standin.ModeUnhealthy, nodestate.KubeAPIServer, "to answer on"},
+		{standin.ModeCrashAfter, nodestate.Scheduler, "soak window"},
+	} {
+		t.Run(string(c.mode)+"-"+c.comp, func(t *testing.T) {
+			n := newMemNode(t)
+			n.before = n.manifests()
+			res, err := n.engine(nil).Run(t.Context(), release(n.st, true, c.comp, c.mode), nil)
+			if !errors.Is(err, ErrRolledBack) || !strings.Contains(res.Reason, c.comp) || !strings.Contains(res.Reason, c.want) {
+				t.Fatalf("Run: %+v %v: want rolled back for %s (%q)", res, err, c.comp, c.want)
+			}
+			for _, p := range n.converged(RolledBack) {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// TestMemMatrixCanFail shows the matrix's check catches a node that did not
+// converge: a resume skipped, a resume that journals a commit it did not
+// apply, a resume that rolls back what should commit, a hidden staging
+// file, a stray pod running a component's binary.
+func TestMemMatrixCanFail(t *testing.T) {
+	sc := memScenarios(mustState(t, testbed.Options{}))[0] // upgrade
+	crashedAt := func(t *testing.T, pt fault.Point) *memNode {
+		n := newMemNode(t)
+		n.before = n.manifests()
+		fired := false
+		if _, died := survive(func() error {
+			_, err := sc.run(t.Context(), n.engine(crashAt(pt, &fired)), n)
+			return err
+		}); !died {
+			t.Fatalf("no crash at %s", pt)
+		}
+		n.crash(false)
+		return n
+	}
+	expect := func(t *testing.T, problems []string, want ...string) {
+		t.Helper()
+		all := strings.Join(problems, "\n")
+		for _, w := range want {
+			if !strings.Contains(all, w) {
+				t.Errorf("the check did not report %q; it reported:\n%s", w, all)
+			}
+		}
+	}
+	t.Run("no resume", func(t *testing.T) {
+		n := crashedAt(t, fault.AfterWrite.Of(nodestate.KubeAPIServer))
+		expect(t, n.converged(Committed), "a transaction is still open", "etcd is not the render of the committed node state")
+	})
+	t.Run("a resume that commits without applying", func(t *testing.T) {
+		n := crashedAt(t, fault.AfterWrite.Of(nodestate.KubeAPIServer))
+		open, err := n.j.OpenTxn()
+		if err != nil || open == nil {
+			t.Fatalf("open: %v %v", open, err)
+		}
+		to, _ := nodestate.Parse(open.To)
+		if err := n.j.Commit(open.ID, to); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, n.converged(Committed), "kube-controller-manager is not the render", "kube-scheduler is not the render")
+	})
+	t.Run("a resume that rolls back", func(t *testing.T) {
+		n := crashedAt(t, fault.AfterApply)
+		if _, err := n.engine(nil).Rollback(t.Context(), "wrongly"); !errors.Is(err, ErrRolledBack) {
+			t.Fatalf("Rollback: %v", err)
+		}
+		expect(t, n.converged(Committed), "ended rolled-back", "is not the transaction's target state")
+	})
+	t.Run("a hidden staging file and a stray pod", func(t *testing.T) {
+		n := crashedAt(t, fault.AfterApply)
+		if _, err := n.engine(nil).Resume(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if p := n.converged(Committed); len(p) != 0 {
+			t.Fatalf("not converged before the damage: %v", p)
+		}
+		b, _ := n.store.Read(nodestate.Scheduler)
+		os.WriteFile(filepath.Join(n.store.Dir(), ".kube-scheduler.yaml123"), b, 0o600)
+		stray := strings.Replace(string(b), "name: kube-scheduler\n", "name: kube-scheduler-copy\n", 1)
+		os.WriteFile(filepath.Join(n.store.Dir(), "stray.yaml"), []byte(stray), 0o600)
+		expect(t, n.converged(Committed), "holds .kube-scheduler.yaml123", "holds stray.yaml", "kube-scheduler: stale processes", "runs 5 pods")
+	})
 }
