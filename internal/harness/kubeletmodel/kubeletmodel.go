@@ -361,7 +361,7 @@ func (k *Kubelet) pods2() []Pod {
 // UID is the UID the model gives the pod in file (a path in the manifest
 // directory) as it is now, or an error when it holds no pod.
 func (k *Kubelet) UID(file string) (string, error) {
-	sp, err := kubeletsim.ReadPodFile(file, k.node)
+	sp, err := k.read(file)
 	if err != nil {
 		return "", err
 	}
