@@ -367,6 +367,8 @@ func (n *memNode) converged(want Outcome) []string {
 	case want == Committed && n.etcd.restores > 0 && last.Kind == journal.KindUpgrade:
 		badf("etcd's data was restored %d times by a transaction that committed", n.etcd.restores)
 	case want == RolledBack && etcdWritten && len(last.EtcdBackup) > 0 && n.etcd.restores == 0:
+		// Every rolling-back scenario here fails after etcd's step, so
+		// etcd in the plan means etcd's manifest was rewritten.
 		badf("the rollback of an upgrade that rewrote etcd never restored its data")
 	}
 	return bad
