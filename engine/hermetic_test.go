@@ -16,30 +16,15 @@ import (
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
-// crashAt makes e stop at point p as a crash would: the transaction is left
-// exactly as journaled there. It returns whether the point was reached.
-func crashAt(t *testing.T, e *Engine, p fault.Point, fn func()) bool {
-	t.Helper()
-	type crash struct{}
-	e.crash = func(at fault.Point) {
-		if at == p {
-			panic(crash{})
-		}
-	}
-	reached := false
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if _, ok := r.(crash); !ok {
-					panic(r)
-				}
-				reached = true
-			}
-		}()
-		fn()
-	}()
+// stopAt runs fn on e with the crash hook armed at point p (crashAt,
+// memmatrix_test.go): the transaction is left exactly as journaled there.
+// It returns whether the point was reached.
+func stopAt(e *Engine, p fault.Point, fn func()) bool {
+	fired := false
+	e.crash = crashAt(p, &fired)
+	survive(func() error { fn(); return nil })
 	e.crash = nil
-	return reached
+	return fired
 }
 
 // A transaction writes exactly the bytes it planned. The cis profile's audit
@@ -54,7 +39,7 @@ func TestResumeWritesPlannedBytes(t *testing.T) {
 	ctx := context.Background()
 
 	e := f.engine(f.node.Scanner, dl)
-	if !crashAt(t, e, fault.BeforeWrite.Of(nodestate.KubeAPIServer), func() { e.Run(ctx, rel, nil) }) {
+	if !stopAt(e, fault.BeforeWrite.Of(nodestate.KubeAPIServer), func() { e.Run(ctx, rel, nil) }) {
 		t.Fatal("the run never reached before-write:kube-apiserver")
 	}
 	open, err := f.j.OpenTxn()

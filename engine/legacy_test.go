@@ -101,7 +101,7 @@ func TestResumeSchemaV1Txn(t *testing.T) {
 	rel := release(f.node.State, false, "", standin.ModeHealthy)
 	ctx := context.Background()
 	e := f.engine(f.node.Scanner, testDeadlines)
-	if !crashAt(t, e, fault.AfterWrite.Of(nodestate.ControllerManager), func() { e.Run(ctx, rel, nil) }) {
+	if !stopAt(e, fault.AfterWrite.Of(nodestate.ControllerManager), func() { e.Run(ctx, rel, nil) }) {
 		t.Fatal("the run never reached after-write:kube-controller-manager")
 	}
 	path := f.j.Path()

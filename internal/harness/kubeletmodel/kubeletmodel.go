@@ -1,0 +1,516 @@
+// Package kubeletmodel is a deterministic, synchronous, in-memory kubelet
+// over a real manifest directory. It answers the engine's process questions
+// (it has the method set of engine.Processes: Mark, PastMark, PIDs, Active,
+// WaitActive, WaitReplaced, WaitGone) from pods it "runs" as records, not
+// processes, so a whole crash matrix runs in milliseconds per case.
+//
+// It follows the kubelet stand-in's rules (docs/standin.md,
+// internal/harness/kubeletsim), reduced to what can be decided at one
+// instant:
+//
+//   - Sync. Every method first syncs with the directory: the listing is
+//     kubeletsim.ListDir's (visible entries only, hidden names ignored, as
+//     kubelet), each file decoded by kubeletsim.DecodePod. On a key held by
+//     two files, the last in sort order wins, as on kubelet's relist.
+//   - Identity. A pod's UID is kubeletsim's: a hash of the decoded pod, the
+//     node name and the file's path. Any change that survives decoding (an
+//     image, a flag, the restarted-at annotation) is a new UID; the same
+//     content (the same bytes, or bytes that decode the same) is not.
+//   - Replacement. A pod whose UID changed, or whose file is gone, is
+//     killed at once (its processes vanish); a new UID starts at once. The
+//     model has no grace period and no pod-worker hold-back: the sync that
+//     sees the change does both.
+//   - A file that does not decode. Like an inotify event on a bad file,
+//     a sync leaves the pod that file last yielded running. A relist
+//     (Relist, and the one every Reboot does) finds no pod in it and kills
+//     that pod, as kubelet's next relist does.
+//   - Clock. A logical tick counter. Mark returns it with the boot id;
+//     every process start advances it first, so a process started by a sync
+//     after a Mark has start ticks greater than the mark; a process already
+//     running when the mark was taken does not. PastMark advances the clock
+//     past a mark of this boot.
+//   - Process name. The base name of the container's command[0] (proc's
+//     argv[0] rule); a container without a command (the image's entrypoint,
+//     which the model does not know) is named after the container.
+//   - Modes. From the image tag suffix, as the test bed's image map
+//     (testbed.ModeImage: "<repo>:<tag>-<mode>"), or an image set with
+//     SetImageMode. healthy and ignore-sigterm: active. never-listen and
+//     unhealthy: running, never active. exit-at-start: a crash loop, each
+//     sync alternately shows a new short-lived process and none, never
+//     active. crash-after: active, but every later sync finds it exited and
+//     restarted (a new process, new start tick), which is how kubelet's
+//     CrashLoopBackOff restarts look to the soak. A component without a
+//     health endpoint (kube-vip) is active when it runs, whatever its mode,
+//     as proc.Active has it.
+//   - Reboot. A new boot id, the clock back to zero, every process gone,
+//     then a relist starts every pod again from the files on disk. Pids are
+//     never reused, across boots included.
+//   - Waits never sleep. The condition is checked once (after the sync);
+//     when it is false the deadline is taken as passed, and the error says
+//     what was waited for and why not, as proc's do, wrapping
+//     context.DeadlineExceeded (or ctx's error when ctx has ended).
+//
+// A Kubelet is not safe for concurrent use.
+package kubeletmodel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
+	"github.com/ciq/stratum-upgrade/internal/harness/standin"
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+// Kubelet is the model. New returns one that has synced once.
+type Kubelet struct {
+	dir    string
+	node   string
+	boot   int
+	bootID string
+	clock  uint64
+	pid    int
+	pods   map[string]*pod // by key
+	images map[string]standin.Mode
+	events []string
+	// bad is the files that failed to decode at the last sync, with why.
+	bad map[string]string
+	// decoded caches the last decode of each file by its bytes: decoding
+	// is most of a sync's cost, and the same bytes decode the same.
+	decoded map[string]decoded
+}
+
+type decoded struct {
+	raw []byte
+	sp  *kubeletsim.SourcePod
+	err error
+}
+
+type pod struct {
+	key, file, uid string
+	containers     []*container
+}
+
+type container struct {
+	name   string
+	binary string
+	mode   standin.Mode
+	proc   *proc.Process // nil: no process (exit-at-start between restarts)
+}
+
+// New returns a model kubelet for node nodeName over the manifest directory
+// dir, synced once: every pod in dir runs.
+func New(dir, nodeName string) (*Kubelet, error) {
+	k := &Kubelet{dir: dir, node: nodeName, boot: 1, pods: map[string]*pod{}, images: map[string]standin.Mode{}, decoded: map[string]decoded{}}
+	k.bootID = bootID(k.boot)
+	if err := k.sync(true); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func bootID(n int) string { return fmt.Sprintf("model-boot-%d", n) }
+
+// BootID is the current boot id, what Mark reports. It does not sync.
+func (k *Kubelet) BootID() string { return k.bootID }
+
+// SetImageMode makes every container started from image later run in mode,
+// whatever its tag says (the test bed's image map). Running containers keep
+// their mode until they start again.
+func (k *Kubelet) SetImageMode(image string, mode standin.Mode) { k.images[image] = mode }
+
+// ModeOf is the stand-in mode an image reference selects: the suffix
+// "-<mode>" of its tag (testbed.ModeImage), healthy without one.
+func ModeOf(image string) standin.Mode {
+	ref := image
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return standin.ModeHealthy
+	}
+	tag := ref[i+1:]
+	for _, m := range standin.Modes {
+		if m != standin.ModeHealthy && strings.HasSuffix(tag, "-"+string(m)) {
+			return m
+		}
+	}
+	return standin.ModeHealthy
+}
+
+func (k *Kubelet) modeOf(image string) standin.Mode {
+	if m, ok := k.images[image]; ok {
+		return m
+	}
+	return ModeOf(image)
+}
+
+// Events is what the model did, in order ("start <key> <uid8> pid N tick T",
+// "kill ...", "exit ...", "reboot ..."), for failure messages.
+func (k *Kubelet) Events() []string { return append([]string(nil), k.events...) }
+
+func (k *Kubelet) logf(format string, args ...any) {
+	k.events = append(k.events, fmt.Sprintf("[%s t%d] ", k.bootID, k.clock)+fmt.Sprintf(format, args...))
+}
+
+// Sync syncs with the directory now (every other method does it first).
+func (k *Kubelet) Sync() error { return k.sync(false) }
+
+// Relist syncs as kubelet's periodic relist does: a file that does not
+// decode yields no pod, so the pod it last yielded is killed.
+func (k *Kubelet) Relist() error { return k.sync(true) }
+
+// Reboot models a power cycle: a new boot id, the clock back to zero, every
+// process gone, and every pod started again from the files on disk (a
+// relist, so a file that does not decode runs nothing).
+func (k *Kubelet) Reboot() error {
+	k.boot++
+	k.bootID = bootID(k.boot)
+	k.clock = 0
+	k.pods = map[string]*pod{}
+	k.logf("reboot")
+	return k.sync(true)
+}
+
+// sync lists the directory and brings the pods in line with it; relist
+// says whether a file that does not decode drops its pod.
+func (k *Kubelet) sync(relist bool) error {
+	paths, err := kubeletsim.ListDir(k.dir)
+	if err != nil {
+		return err
+	}
+	want := map[string]*kubeletsim.SourcePod{}
+	k.bad = map[string]string{}
+	for _, p := range paths {
+		sp, err := k.read(p)
+		if errors.Is(err, kubeletsim.ErrDirectory) || errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			k.bad[p] = err.Error()
+			continue
+		}
+		want[sp.Key] = sp // sorted listing: the last file wins a key
+	}
+	if !relist {
+		// A file that failed to parse keeps the pod it last yielded.
+		for _, p := range k.pods {
+			if _, isBad := k.bad[p.file]; isBad && want[p.key] == nil {
+				want[p.key] = &kubeletsim.SourcePod{Key: p.key, UID: p.uid, File: p.file}
+			}
+		}
+	}
+	for _, key := range sortedKeys(k.pods) {
+		p := k.pods[key]
+		if w := want[key]; w == nil || w.UID != p.uid {
+			why := "its file is gone"
+			if w != nil {
+				why = "replaced by " + short(w.UID) + " from " + filepath.Base(w.File)
+			}
+			k.kill(p, why)
+		}
+	}
+	for _, key := range sortedKeys(want) {
+		w := want[key]
+		if p := k.pods[key]; p != nil {
+			k.advance(p)
+			continue
+		}
+		k.start(w)
+	}
+	return nil
+}
+
+// read is kubeletsim.ReadPodFile, decoding only bytes it has not decoded
+// for path before.
+func (k *Kubelet) read(path string) (*kubeletsim.SourcePod, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > kubeletsim.MaxManifestSize {
+		return kubeletsim.ReadPodFile(path, k.node) // its error
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := k.decoded[path]; ok && bytes.Equal(d.raw, raw) {
+		return d.sp, d.err
+	}
+	sp, err := kubeletsim.DecodePod(raw, path, k.node)
+	k.decoded[path] = decoded{raw: raw, sp: sp, err: err}
+	return sp, err
+}
+
+func (k *Kubelet) kill(p *pod, why string) {
+	for _, c := range p.containers {
+		if c.proc != nil {
+			k.logf("kill %s %s pid %d: %s", p.key, short(p.uid), c.proc.PID, why)
+		}
+	}
+	delete(k.pods, p.key)
+}
+
+func (k *Kubelet) start(sp *kubeletsim.SourcePod) {
+	p := &pod{key: sp.Key, file: sp.File, uid: sp.UID}
+	for _, c := range sp.Pod.Spec.Containers {
+		bin := c.Name
+		if len(c.Command) > 0 {
+			bin = path.Base(c.Command[0])
+		}
+		ct := &container{name: c.Name, binary: bin, mode: k.modeOf(c.Image)}
+		k.run(p, ct)
+		p.containers = append(p.containers, ct)
+	}
+	k.pods[p.key] = p
+}
+
+// run starts a new process for c: the clock moves first, so its start is
+// after every mark taken so far.
+func (k *Kubelet) run(p *pod, c *container) {
+	k.clock++
+	k.pid++
+	c.proc = &proc.Process{PID: k.pid, StartTicks: k.clock}
+	k.logf("start %s %s %s (%s) pid %d", p.key, short(p.uid), c.binary, c.mode, k.pid)
+}
+
+// advance is what a pod that was already running does by this sync: a
+// crash loop shows its next state.
+func (k *Kubelet) advance(p *pod) {
+	for _, c := range p.containers {
+		switch c.mode {
+		case standin.ModeCrashAfter:
+			k.logf("exit %s pid %d (crash-after); restarted", p.key, c.proc.PID)
+			k.run(p, c)
+		case standin.ModeExitAtStart:
+			if c.proc != nil {
+				k.logf("exit %s pid %d (exit-at-start); back-off", p.key, c.proc.PID)
+				c.proc = nil
+			} else {
+				k.run(p, c)
+			}
+		}
+	}
+}
+
+func short(uid string) string {
+	if len(uid) > 8 {
+		return uid[:8]
+	}
+	return uid
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Pod is one running pod as the model holds it.
+type Pod struct {
+	Key  string
+	File string
+	UID  string
+	// Processes are its containers' processes (running ones only).
+	Processes []Proc
+}
+
+// Proc is one process of a pod.
+type Proc struct {
+	proc.Process
+	Binary string
+	Mode   standin.Mode
+}
+
+// Pods syncs and returns every pod, sorted by key.
+func (k *Kubelet) Pods() ([]Pod, error) {
+	if err := k.Sync(); err != nil {
+		return nil, err
+	}
+	return k.pods2(), nil
+}
+
+func (k *Kubelet) pods2() []Pod {
+	var out []Pod
+	for _, key := range sortedKeys(k.pods) {
+		p := k.pods[key]
+		op := Pod{Key: p.key, File: p.file, UID: p.uid}
+		for _, c := range p.containers {
+			if c.proc != nil {
+				op.Processes = append(op.Processes, Proc{Process: *c.proc, Binary: c.binary, Mode: c.mode})
+			}
+		}
+		out = append(out, op)
+	}
+	return out
+}
+
+// UID is the UID the model gives the pod in file (a path in the manifest
+// directory) as it is now, or an error when it holds no pod.
+func (k *Kubelet) UID(file string) (string, error) {
+	sp, err := k.read(file)
+	if err != nil {
+		return "", err
+	}
+	return sp.UID, nil
+}
+
+// procs is every running process of binary's base name, sorted by pid.
+func (k *Kubelet) procs(binary string) []Proc {
+	want := path.Base(binary)
+	var out []Proc
+	for _, p := range k.pods2() {
+		for _, pr := range p.Processes {
+			if pr.Binary == want {
+				out = append(out, pr)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// Mark syncs and returns the clock and the boot id.
+func (k *Kubelet) Mark() (proc.Mark, error) {
+	if err := k.Sync(); err != nil {
+		return proc.Mark{}, fmt.Errorf("take a mark: %w", err)
+	}
+	return proc.Mark{Ticks: k.clock, BootID: k.bootID}, nil
+}
+
+// PastMark syncs and moves the clock past m when m is of this boot.
+func (k *Kubelet) PastMark(ctx context.Context, m proc.Mark) error {
+	if err := k.Sync(); err != nil {
+		return err
+	}
+	if m.BootID == k.bootID && k.clock <= m.Ticks {
+		k.clock = m.Ticks + 1
+	}
+	return nil
+}
+
+// PIDs syncs and lists the processes of binary (argv[0] base name), sorted
+// by pid.
+func (k *Kubelet) PIDs(binary string) ([]proc.Process, error) {
+	if binary == "" {
+		return nil, errors.New("list processes: empty binary name")
+	}
+	if err := k.Sync(); err != nil {
+		return nil, fmt.Errorf("list %s processes: %w", path.Base(binary), err)
+	}
+	var out []proc.Process
+	for _, p := range k.procs(binary) {
+		out = append(out, p.Process)
+	}
+	return out, nil
+}
+
+// answer is whether t is active now (after a sync), and why not.
+func (k *Kubelet) answer(t proc.Target) error {
+	if err := k.Sync(); err != nil {
+		return err
+	}
+	ps := k.procs(t.Binary)
+	if len(ps) == 0 {
+		return fmt.Errorf("no process of %s is running", t.Binary)
+	}
+	if !proc.HasListener(t) {
+		return nil
+	}
+	for _, p := range ps {
+		switch p.Mode {
+		case standin.ModeHealthy, standin.ModeCrashAfter, standin.ModeIgnoreSIGTERM:
+			return nil
+		}
+	}
+	return fmt.Errorf("GET %s: %s (mode %s) does not answer 2xx", t.Health, describe(ps), ps[0].Mode)
+}
+
+// Active syncs and reports whether t answers: a process of t.Binary runs
+// in an answering mode, or, without a health endpoint, any process runs.
+func (k *Kubelet) Active(_ context.Context, t proc.Target) bool { return k.answer(t) == nil }
+
+// WaitActive is Active, checked once: when it does not hold, the deadline
+// is taken as passed.
+func (k *Kubelet) WaitActive(ctx context.Context, t proc.Target, timeout time.Duration) error {
+	what := fmt.Sprintf("%s to answer on %s", t.Name, t.Health)
+	if !proc.HasListener(t) {
+		what = fmt.Sprintf("%s to run (it has no health endpoint)", t.Name)
+	}
+	return done(ctx, what, timeout, k.answer(t))
+}
+
+// WaitReplaced checks once, after the sync, that at least one process of
+// t.Binary runs and none started at or before m (every process counts as
+// after a mark of another boot).
+func (k *Kubelet) WaitReplaced(ctx context.Context, t proc.Target, m proc.Mark, timeout time.Duration) error {
+	what := fmt.Sprintf("%s to be replaced after tick %d of boot %s", t.Name, m.Ticks, m.BootID)
+	if m.BootID == "" {
+		return fmt.Errorf("waiting for %s: mark has no boot id (take it with Mark)", what)
+	}
+	if err := k.Sync(); err != nil {
+		return done(ctx, what, timeout, err)
+	}
+	ps := k.procs(t.Binary)
+	var stale []Proc
+	if m.BootID == k.bootID {
+		for _, p := range ps {
+			if p.StartTicks <= m.Ticks {
+				stale = append(stale, p)
+			}
+		}
+	}
+	var why error
+	switch {
+	case len(ps) == 0:
+		why = fmt.Errorf("no process of %s is running", t.Binary)
+	case len(stale) > 0:
+		why = fmt.Errorf("still running from before the mark: %s", describe(stale))
+	}
+	return done(ctx, what, timeout, why)
+}
+
+// WaitGone checks once, after the sync, that no process of t.Binary runs.
+func (k *Kubelet) WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error {
+	var why error
+	if err := k.Sync(); err != nil {
+		why = err
+	} else if ps := k.procs(t.Binary); len(ps) > 0 {
+		why = fmt.Errorf("still running: %s", describe(ps))
+	}
+	return done(ctx, t.Name+" to exit", timeout, why)
+}
+
+// done ends a wait that checked once: nil when why is nil, else the error
+// of a wait whose deadline passed.
+func done(ctx context.Context, what string, timeout time.Duration, why error) error {
+	if why == nil {
+		return nil
+	}
+	cause := context.DeadlineExceeded
+	if err := ctx.Err(); err != nil {
+		cause = err
+	}
+	return fmt.Errorf("waiting for %s: the model does not wait, so the %s deadline is taken as passed (%w); last failure: %w", what, timeout, cause, why)
+}
+
+func describe(ps []Proc) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("pid %d (started tick %d)", p.PID, p.StartTicks)
+	}
+	return strings.Join(parts, ", ")
+}
