@@ -18,12 +18,16 @@ LDFLAGS   := -X github.com/ciq/stratum-upgrade/internal/cli.Version=$(VERSION)
 build: ## build every command into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
+# The first go test compiles every test binary with the default -p (one
+# package per core) and runs none: -p 1 below would compile one package at a
+# time, which on a cold cache costs minutes.
 # -p 1: integration tests run real processes under the component names and
 # scan the whole /proc; packages running at once would see each other's.
 # -parallel 4: within a package, tests that opt in run four at a time: the
 # crash matrix's cases are nodes of their own, each scan scoped to its node,
 # and mostly wait on the kubelet stand-in (82 s instead of 225 s here).
 test: ## run every test (real processes, real files, real bbolt)
+	$(GO) test -count=1 -run '^$$' ./... >/dev/null
 	$(GO) test -p 1 -parallel 4 -count=1 -timeout 40m ./...
 
 lint: ## go.mod/go.sum tidy check, gofmt check, go vet, staticcheck
