@@ -6,7 +6,6 @@ package engine
 // would have used, and journals them before anything is written.
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ciq/stratum-upgrade/journal"
@@ -40,7 +39,7 @@ func (e *Engine) pinTargets(r *run) error {
 			return err
 		}
 		for _, comp := range r.txn.Changed {
-			stamp, err := stampOnDisk(e.store, comp)
+			stamp, err := e.store.RestartedAtOnDisk(comp)
 			if err != nil {
 				return err
 			}
@@ -61,21 +60,4 @@ func (e *Engine) pinTargets(r *run) error {
 	r.txn.Targets = targets
 	e.log.Info("pinned the targets of a transaction begun by an older stratum-upgrade", "txn", r.txn.ID, "components", len(targets))
 	return nil
-}
-
-// stampOnDisk is the restarted-at of comp's manifest on disk, "" when it has
-// none or does not decode (Store.Start's rule).
-func stampOnDisk(store Manifests, comp string) (string, error) {
-	b, err := store.Read(comp)
-	if errors.Is(err, manifest.ErrNoManifest) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	pod, err := manifest.DecodePod(b)
-	if err != nil {
-		return "", nil
-	}
-	return manifest.RestartedAt(pod), nil
 }

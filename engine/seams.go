@@ -28,6 +28,9 @@ type Manifests interface {
 	RestartAsIs(name, stamp string) (changed bool, err error)
 	Stop(ctx context.Context, st *nodestate.NodeState, name string, timeout time.Duration) error
 	Stamp() string
+	// RestartedAtOnDisk is the restarted-at of a manifest on disk ("" when
+	// it has none or does not decode).
+	RestartedAtOnDisk(name string) (string, error)
 	// CheckShadows refuses a stray file that kubelet would run in place of
 	// a roster component's pod.
 	CheckShadows(roster []string) error

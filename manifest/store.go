@@ -336,7 +336,7 @@ func (s *Store) WriteAll(st *nodestate.NodeState) (WriteResult, error) {
 	roster := NamesFor(st)
 	rendered := make(map[string][]byte, len(roster))
 	for _, name := range roster {
-		stamp, err := s.restartedAtOnDisk(name)
+		stamp, err := s.RestartedAtOnDisk(name)
 		if err != nil {
 			return res, err
 		}
@@ -430,10 +430,10 @@ func writeDerived(d DerivedFile) (bool, error) {
 // restore puts derived files back at their live path through it).
 func WriteDerived(d DerivedFile) (changed bool, err error) { return writeDerived(d) }
 
-// restartedAtOnDisk is the restarted-at annotation of the manifest on disk,
+// RestartedAtOnDisk is the restarted-at annotation of the manifest on disk,
 // or "" when there is none, or the file does not decode (a hand edit that
 // broke it is overwritten anyway).
-func (s *Store) restartedAtOnDisk(name string) (string, error) {
+func (s *Store) RestartedAtOnDisk(name string) (string, error) {
 	if err := checkTarget(s.Path(name)); err != nil {
 		return "", fmt.Errorf("manifest %s: %w", name, err)
 	}
@@ -541,7 +541,7 @@ func (s *Store) Strays() ([]string, error) {
 // it has on disk, if any) and writes it, with its derived files first when
 // it is kube-apiserver. A component outside st's roster is an error.
 func (s *Store) Start(st *nodestate.NodeState, name string) error {
-	stamp, err := s.restartedAtOnDisk(name)
+	stamp, err := s.RestartedAtOnDisk(name)
 	if err != nil {
 		return err
 	}
