@@ -16,15 +16,6 @@ import (
 	"github.com/ciq/stratum-upgrade/proc"
 )
 
-// Steps of the journal records.
-const (
-	stepMark    = journal.StepMark
-	stepDone    = journal.StepDone
-	stepRestore = journal.StepRestored
-	stepEtcd    = journal.StepEtcdRestored
-	stepVerify  = journal.StepVerified
-)
-
 // apply: snapshotted/applying -> verifying. For each changed component in
 // roster order: journal a mark, write its manifest, wait until kubelet
 // replaced the process and the new one answers, journal the step done. The
@@ -33,16 +24,16 @@ const (
 func (e *Engine) apply(ctx context.Context, r *run) error {
 	var pending []journal.Record
 	for _, comp := range r.txn.Changed {
-		if _, done := r.find(journal.PhaseApplying, stepDone, comp); done {
+		if _, done := r.find(journal.PhaseApplying, journal.StepDone, comp); done {
 			continue
 		}
-		mark, resumed := r.find(journal.PhaseApplying, stepMark, comp)
+		mark, resumed := r.find(journal.PhaseApplying, journal.StepMark, comp)
 		if !resumed {
 			m, err := e.procs.Mark()
 			if err != nil {
 				return fmt.Errorf("%s: %w", comp, err)
 			}
-			mark = journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: comp, ProcMark: &m}
+			mark = journal.Record{Phase: journal.PhaseApplying, Step: journal.StepMark, Component: comp, ProcMark: &m}
 			if r.txn.Kind == journal.KindRollbackLast {
 				// The retained snapshot's bytes would give the pod a UID
 				// kubelet terminated in the upgrade; a fresh stamp does not.
@@ -60,7 +51,7 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		if err != nil {
 			return err
 		}
-		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: stepDone, Component: comp, Processes: ids}}
+		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: journal.StepDone, Component: comp, Processes: ids}}
 		// The done record rides with the next write; a crash before it only
 		// repeats this component's (idempotent) step.
 		e.hit(fault.AfterStep.Of(comp))
@@ -100,7 +91,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 			if m, err = e.procs.Mark(); err != nil {
 				return fmt.Errorf("%s: %w", comp, err)
 			}
-			if err := e.append(r, p, journal.Record{Phase: p, Step: stepMark, Component: comp, ProcMark: &m, Stamp: stamp}); err != nil {
+			if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamp}); err != nil {
 				return err
 			}
 		}

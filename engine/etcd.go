@@ -26,7 +26,7 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 	if !slices.Contains(written, nodestate.Etcd) || len(r.txn.EtcdBackup) == 0 {
 		return nil
 	}
-	if _, done := r.find(journal.PhaseRollingBack, stepEtcd, nodestate.Etcd); done {
+	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd); done {
 		return nil
 	}
 	if !r.from.SingleMember() {
@@ -58,5 +58,5 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 		return fmt.Errorf("%w: etcd is stopped and its data restore failed: %v", errResumable, err)
 	}
 	e.hit(fault.AfterEtcdRestore)
-	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepEtcd, Component: nodestate.Etcd, AsideDir: aside})
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdRestored, Component: nodestate.Etcd, AsideDir: aside})
 }

@@ -30,35 +30,13 @@ func downgradeToV1(t *testing.T, path string) {
 	}
 	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
-		txns := tx.Bucket([]byte("txns"))
-		type kv struct{ k, v []byte }
-		var puts []kv
-		if err := txns.ForEach(func(k, v []byte) error {
-			var m map[string]json.RawMessage
-			if err := json.Unmarshal(v, &m); err != nil {
-				return err
-			}
-			delete(m, "targets")
-			nv, err := json.Marshal(m)
-			puts = append(puts, kv{bytes.Clone(k), nv})
+		err := rewriteJSON(tx.Bucket([]byte("txns")), func(m map[string]any) { delete(m, "targets") })
+		if err != nil {
 			return err
-		}); err != nil {
-			return err
-		}
-		for _, p := range puts {
-			if err := txns.Put(p.k, p.v); err != nil {
-				return err
-			}
 		}
 		recs := tx.Bucket([]byte("records"))
 		return recs.ForEachBucket(func(id []byte) error {
-			b := recs.Bucket(id)
-			var puts []kv
-			if err := b.ForEach(func(k, v []byte) error {
-				var m map[string]any
-				if err := json.Unmarshal(v, &m); err != nil {
-					return err
-				}
+			return rewriteJSON(recs.Bucket(id), func(m map[string]any) {
 				if ps, ok := m["processes"]; ok {
 					note, _ := json.Marshal(ps)
 					m["note"] = string(note)
@@ -68,18 +46,7 @@ func downgradeToV1(t *testing.T, path string) {
 					m["note"] = aside
 					delete(m, "asideDir")
 				}
-				nv, err := json.Marshal(m)
-				puts = append(puts, kv{bytes.Clone(k), nv})
-				return err
-			}); err != nil {
-				return err
-			}
-			for _, p := range puts {
-				if err := b.Put(p.k, p.v); err != nil {
-					return err
-				}
-			}
-			return nil
+			})
 		})
 	})
 	if err != nil {
@@ -90,6 +57,31 @@ func downgradeToV1(t *testing.T, path string) {
 	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), v) }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rewriteJSON applies fn to every JSON object value of bucket b (values are
+// collected first: bbolt forbids a Put inside ForEach).
+func rewriteJSON(b *bolt.Bucket, fn func(map[string]any)) error {
+	type kv struct{ k, v []byte }
+	var puts []kv
+	if err := b.ForEach(func(k, v []byte) error {
+		var m map[string]any
+		if err := json.Unmarshal(v, &m); err != nil {
+			return err
+		}
+		fn(m)
+		nv, err := json.Marshal(m)
+		puts = append(puts, kv{bytes.Clone(k), nv})
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, p := range puts {
+		if err := b.Put(p.k, p.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // A transaction left open by a schema-1 binary (crashed after its first

@@ -672,7 +672,7 @@ func TestMemModelServesTheEngine(t *testing.T) {
 		if m1.BootID == m2.BootID {
 			t.Fatal("the boot id did not change")
 		}
-		if _, err := n.j.Append(txn.ID, journal.PhaseApplying, journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: sched, ProcMark: &m2}); err != nil {
+		if _, err := n.j.Append(txn.ID, journal.PhaseApplying, journal.Record{Phase: journal.PhaseApplying, Step: journal.StepMark, Component: sched, ProcMark: &m2}); err != nil {
 			t.Fatal(err)
 		}
 		recs, _ := n.j.Records(txn.ID)

@@ -281,7 +281,7 @@ func TestRebootMidUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.j.Append(res.Txn, journal.PhaseApplying, journal.Record{Phase: journal.PhaseApplying, Step: stepMark, Component: nodestate.ControllerManager, ProcMark: &m}); err != nil {
+	if _, err := f.j.Append(res.Txn, journal.PhaseApplying, journal.Record{Phase: journal.PhaseApplying, Step: journal.StepMark, Component: nodestate.ControllerManager, ProcMark: &m}); err != nil {
 		t.Fatal(err)
 	}
 	// Every process dies, as in a reboot; kubelet starts them again.

@@ -68,7 +68,7 @@ var errResumable = errors.New("resumable")
 func (r *run) written() []string {
 	var out []string
 	for _, comp := range r.txn.Changed {
-		if _, ok := r.find(journal.PhaseApplying, stepMark, comp); ok {
+		if _, ok := r.find(journal.PhaseApplying, journal.StepMark, comp); ok {
 			out = append(out, comp)
 		}
 	}
@@ -79,7 +79,7 @@ func (r *run) written() []string {
 // those the transaction wrote, and after a restore of etcd's data the whole
 // control plane, whose caches hold revisions the restored data does not.
 func (r *run) restartSet(written []string) []string {
-	_, etcdRestored := r.find(journal.PhaseRollingBack, stepEtcd, nodestate.Etcd)
+	_, etcdRestored := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd)
 	var out []string
 	for _, comp := range manifest.NamesFor(r.from) {
 		switch {
@@ -114,7 +114,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	_, restored := r.find(journal.PhaseRollingBack, stepRestore, "")
+	_, restored := r.find(journal.PhaseRollingBack, journal.StepRestored, "")
 	if !restored {
 		if err := e.restoreEtcd(ctx, r, written, snap); err != nil {
 			return err
@@ -155,7 +155,7 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, snap *snapshot.Loade
 			return last, err
 		}
 		stamp := e.store.Stamp()
-		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+		if rec, ok := r.find(journal.PhaseRollingBack, journal.StepMark, comp); ok {
 			// Journaled before a crash. Its mark stands unless it is from an
 			// earlier boot and the restore has not written yet: then the
 			// processes kubelet restarted after the reboot run the bytes
@@ -171,7 +171,7 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, snap *snapshot.Loade
 			}
 		}
 		last = m
-		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: stepMark, Component: comp, ProcMark: &m, Stamp: stamp})
+		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamp})
 	}
 	if len(marks) > 0 {
 		if err := e.append(r, journal.PhaseRollingBack, marks...); err != nil {
@@ -187,7 +187,7 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, snap *snapshot.Loade
 func (e *Engine) restoreSnapshot(ctx context.Context, r *run, derived, restart []string, last proc.Mark) error {
 	stamps := map[string]string{}
 	for _, comp := range restart {
-		if rec, ok := r.find(journal.PhaseRollingBack, stepMark, comp); ok {
+		if rec, ok := r.find(journal.PhaseRollingBack, journal.StepMark, comp); ok {
 			stamps[comp] = rec.Stamp
 		}
 	}
@@ -203,13 +203,13 @@ func (e *Engine) restoreSnapshot(ctx context.Context, r *run, derived, restart [
 		e.log.Warn("snapshot holds files that were not restored", "strays", res.Strays)
 	}
 	e.hit(fault.AfterRestore)
-	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepRestore})
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepRestored})
 }
 
 // rollbackComponent waits for comp to come back from the restored bytes (or,
 // when the upgrade added it, to go), and journals it done.
 func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.Loaded, comp string) error {
-	if _, done := r.find(journal.PhaseRollingBack, stepDone, comp); done {
+	if _, done := r.find(journal.PhaseRollingBack, journal.StepDone, comp); done {
 		return nil
 	}
 	if _, held := snap.Manifest(comp); !held {
@@ -221,9 +221,9 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.L
 		if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
 			return fmt.Errorf("%s: %w", comp, err)
 		}
-		return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp})
+		return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepDone, Component: comp})
 	}
-	mark, _ := r.find(journal.PhaseRollingBack, stepMark, comp)
+	mark, _ := r.find(journal.PhaseRollingBack, journal.StepMark, comp)
 	// The restore wrote the stamped bytes already; the step's write is a
 	// no-op unless a crash came between the restore and its record.
 	if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp); err != nil {
@@ -234,7 +234,7 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.L
 		return err
 	}
 	e.hit(fault.AfterStep.InRollback(comp))
-	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: stepDone, Component: comp, Processes: ids})
+	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepDone, Component: comp, Processes: ids})
 }
 
 // verifyRolledBack verifies the rollback like an upgrade: every component

@@ -39,7 +39,7 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	}
 	want := map[string][]proc.Process{}
 	for _, comp := range r.txn.Changed {
-		rec, ok := r.find(journal.PhaseApplying, stepDone, comp)
+		rec, ok := r.find(journal.PhaseApplying, journal.StepDone, comp)
 		if ok && rec.BootID == boot.BootID {
 			want[comp] = rec.Processes
 			continue
@@ -57,7 +57,7 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	if err := move(r.txn.Phase, journal.PhaseCommitted); err != nil {
 		return err
 	}
-	if err := e.j.Commit(r.txn.ID, r.to, journal.Record{Phase: journal.PhaseCommitted, Step: stepVerify}); err != nil {
+	if err := e.j.Commit(r.txn.ID, r.to, journal.Record{Phase: journal.PhaseCommitted, Step: journal.StepVerified}); err != nil {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)
 	}
 	r.txn.Phase = journal.PhaseCommitted
