@@ -1,0 +1,138 @@
+package testbed
+
+// This file prepares a node's state: the state file rewritten into the root, free ports and kubeconfigs.
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// prepareState loads the state file and rewrites it to run inside the root.
+func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
+	path := opts.StateFile
+	if path == "" {
+		path = "testdata/states/default.yaml"
+	}
+	if !filepath.IsAbs(path) {
+		repo, err := etcdbuild.RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		path = filepath.Join(repo, path)
+	}
+	st, err := nodestate.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	r := n.Root
+	st.AdvertiseAddress = "127.0.0.1"
+	st.PKIDir = filepath.Join(r, "etc/kubernetes/pki")
+	st.KubeconfigDir = filepath.Join(r, "etc/kubernetes")
+	st.ConfigDir = filepath.Join(r, "etc/kubernetes/stratum")
+	st.Etcd.DataDir = filepath.Join(r, "var/lib/etcd")
+	if st.VIP != nil || opts.VIP {
+		st.VIP = &nodestate.VIP{Address: VIPAddress, Interface: "lo"}
+		if st.Images[nodestate.KubeVIP] == "" {
+			st.Images[nodestate.KubeVIP] = ModeImage(nodestate.KubeVIP, KubeVIPTags[0], "")
+		}
+	}
+	if st.Profile.Name == nodestate.ProfileCIS {
+		repo, err := etcdbuild.RepoRoot()
+		if err != nil {
+			return nil, err
+		}
+		profDir := filepath.Join(r, "etc/stratum/profiles")
+		if err := os.MkdirAll(profDir, 0o755); err != nil {
+			return nil, fmt.Errorf("testbed profiles: %w", err)
+		}
+		for _, f := range []*string{&st.Profile.AuditPolicyFile, &st.Profile.AdmissionConfigFile} {
+			src := *f
+			if _, err := os.Stat(src); err != nil {
+				src = filepath.Join(repo, "testdata/profiles", filepath.Base(*f))
+			}
+			b, err := os.ReadFile(src)
+			if err != nil {
+				return nil, fmt.Errorf("testbed profile file: %w", err)
+			}
+			*f = filepath.Join(profDir, filepath.Base(*f))
+			if err := os.WriteFile(*f, b, 0o644); err != nil {
+				return nil, fmt.Errorf("testbed profile file: %w", err)
+			}
+		}
+		st.Profile.AuditLogDir = filepath.Join(r, "var/log/kubernetes/audit")
+	}
+	ports, err := FreePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	st.Ports = nodestate.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], EtcdMetrics: ports[2], APIServer: ports[3], ControllerManager: ports[4], Scheduler: ports[5]}
+	st.Etcd.InitialCluster = st.Etcd.MemberName + "=https://" + net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.EtcdPeer))
+	st.Etcd.InitialClusterState = "new"
+	if opts.Mutate != nil {
+		opts.Mutate(st)
+	}
+	for _, d := range []string{st.KubeconfigDir, st.ConfigDir, filepath.Dir(st.Etcd.DataDir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("testbed: %w", err)
+		}
+	}
+	if err := st.Save(n.StateFile); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	return st, nil
+}
+
+// handedOut is every port FreePorts returned in this process: nodes started
+// in parallel (the crash matrix) never get the same port, even when the
+// kernel offers a port again after the first node's check released it.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1, none returned
+// before in this process. They are free when returned; another process may
+// still take one before it is used.
+func FreePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	out := make([]int, 0, n)
+	for len(out) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("testbed: free port: %w", err)
+		}
+		lns = append(lns, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue // held open until return, so the next try gets another
+		}
+		handedOut.ports[port] = true
+		out = append(out, port)
+	}
+	return out, nil
+}
+
+func writeKubeconfigs(st *nodestate.NodeState) error {
+	for _, name := range []string{"admin.conf", "controller-manager.conf", "scheduler.conf"} {
+		b := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://%s\n    certificate-authority: %s\ncontexts:\n- name: default\n  context: {cluster: kubernetes, user: default}\ncurrent-context: default\nusers:\n- name: default\n  user: {}\n",
+			net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.APIServer)), filepath.Join(st.PKIDir, "ca.crt"))
+		if err := os.WriteFile(filepath.Join(st.KubeconfigDir, name), []byte(b), 0o600); err != nil {
+			return fmt.Errorf("testbed kubeconfig: %w", err)
+		}
+	}
+	return nil
+}
