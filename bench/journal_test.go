@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -50,7 +51,7 @@ func openJournal(dir string) (*journal.Journal, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	repo, err := etcdbuild.RepoRoot()
+	repo, err := build.RepoRoot()
 	if err != nil {
 		return nil, "", err
 	}

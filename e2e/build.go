@@ -32,7 +32,7 @@ const KubeletBuildTimeout = 20 * time.Minute
 
 // CacheDir is where the end-to-end builds are kept between runs: the test
 // bed's cache ($STRATUM_CACHE, default $HOME/.cache/stratum-upgrade).
-func CacheDir() (string, error) { return etcdbuild.CacheDir() }
+func CacheDir() (string, error) { return build.CacheDir() }
 
 // KubeletBinary returns the path of the kubelet binary,
 // <cache>/kubelet-v1.34.4/kubelet, building it from the tool module first
@@ -61,7 +61,7 @@ func KubeletBinary(ctx context.Context) (path string, built bool, err error) {
 	if ok, err := build.Executable(bin); err != nil || ok { // built while we waited
 		return bin, false, err
 	}
-	root, err := etcdbuild.RepoRoot()
+	root, err := build.RepoRoot()
 	if err != nil {
 		return "", false, err
 	}
@@ -116,7 +116,7 @@ func StaticEtcd(minor string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	root, err := etcdbuild.RepoRoot()
+	root, err := build.RepoRoot()
 	if err != nil {
 		return "", err
 	}

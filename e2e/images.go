@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
@@ -39,7 +41,7 @@ type Binaries struct {
 // (CGO_ENABLED=0, into <cache>/e2e/bin) and finds static builds of both
 // etcds.
 func BuildBinaries() (*Binaries, error) {
-	root, err := etcdbuild.RepoRoot()
+	root, err := build.RepoRoot()
 	if err != nil {
 		return nil, err
 	}

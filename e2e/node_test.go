@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/engine"
@@ -71,7 +73,7 @@ func resetNode(t *testing.T, h *Host) *node {
 	}
 	n.stateFile = filepath.Join(n.dir, "state.yaml")
 	n.stateDir = filepath.Join(n.dir, "var/lib/stratum")
-	repo, err := etcdbuild.RepoRoot()
+	repo, err := build.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

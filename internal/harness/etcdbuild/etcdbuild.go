@@ -117,9 +117,3 @@ func Binary(version string) (string, error) {
 	}
 	return bin, nil
 }
-
-// CacheDir is build.CacheDir, kept for callers of this package.
-func CacheDir() (string, error) { return build.CacheDir() }
-
-// RepoRoot is build.RepoRoot.
-func RepoRoot() (string, error) { return build.RepoRoot() }

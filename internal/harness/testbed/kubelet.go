@@ -13,7 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 )
 
@@ -75,11 +76,11 @@ func tail(b []byte, lines int) string {
 type binaries struct{ kubelet, component string }
 
 var standinBinaries = sync.OnceValues(func() (*binaries, error) {
-	repo, err := etcdbuild.RepoRoot()
+	repo, err := build.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
-	cache, err := etcdbuild.CacheDir()
+	cache, err := build.CacheDir()
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,8 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -21,7 +22,7 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 		path = "testdata/states/default.yaml"
 	}
 	if !filepath.IsAbs(path) {
-		repo, err := etcdbuild.RepoRoot()
+		repo, err := build.RepoRoot()
 		if err != nil {
 			return nil, err
 		}
@@ -44,7 +45,7 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 		}
 	}
 	if st.Profile.Name == nodestate.ProfileCIS {
-		repo, err := etcdbuild.RepoRoot()
+		repo, err := build.RepoRoot()
 		if err != nil {
 			return nil, err
 		}

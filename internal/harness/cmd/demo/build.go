@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
@@ -24,7 +26,7 @@ import (
 
 // setUp builds what the demo needs and brings up the node.
 func (d *demo) setUp(ctx context.Context) error {
-	repo, err := etcdbuild.RepoRoot()
+	repo, err := build.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -32,7 +34,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	if d.tmp, err = os.MkdirTemp("", "stratum-demo-"); err != nil {
 		return fmt.Errorf("demo temp dir: %w", err)
 	}
-	cache, err := etcdbuild.CacheDir()
+	cache, err := build.CacheDir()
 	if err != nil {
 		return err
 	}
