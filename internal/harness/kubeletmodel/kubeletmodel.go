@@ -86,6 +86,10 @@ type Kubelet struct {
 	// decoded caches the last decode of each file by its bytes: decoding
 	// is most of a sync's cost, and the same bytes decode the same.
 	decoded map[string]decoded
+	// held, lag and pending are the delays of delays.go.
+	held    map[string]bool
+	lag     int
+	pending map[string]int
 }
 
 type decoded struct {
@@ -109,7 +113,8 @@ type container struct {
 // New returns a model kubelet for node nodeName over the manifest directory
 // dir, synced once: every pod in dir runs.
 func New(dir, nodeName string) (*Kubelet, error) {
-	k := &Kubelet{dir: dir, node: nodeName, boot: 1, pods: map[string]*pod{}, images: map[string]standin.Mode{}, decoded: map[string]decoded{}}
+	k := &Kubelet{dir: dir, node: nodeName, boot: 1, pods: map[string]*pod{}, images: map[string]standin.Mode{}, decoded: map[string]decoded{},
+		held: map[string]bool{}, pending: map[string]int{}}
 	k.bootID = bootID(k.boot)
 	if err := k.sync(true); err != nil {
 		return nil, err
@@ -177,6 +182,7 @@ func (k *Kubelet) Reboot() error {
 	k.bootID = bootID(k.boot)
 	k.clock = 0
 	k.pods = map[string]*pod{}
+	k.pending = map[string]int{}
 	k.logf("reboot")
 	return k.sync(true)
 }
@@ -209,6 +215,7 @@ func (k *Kubelet) sync(relist bool) error {
 			}
 		}
 	}
+	k.delay(want)
 	for _, key := range sortedKeys(k.pods) {
 		p := k.pods[key]
 		if w := want[key]; w == nil || w.UID != p.uid {
@@ -450,7 +457,7 @@ func (k *Kubelet) WaitActive(ctx context.Context, t proc.Target, timeout time.Du
 	if !proc.HasListener(t) {
 		what = fmt.Sprintf("%s to run (it has no health endpoint)", t.Name)
 	}
-	return done(ctx, what, timeout, k.answer(t))
+	return done(ctx, what, timeout, k.await(func() error { return k.answer(t) }))
 }
 
 // WaitReplaced checks once, after the sync, that at least one process of
@@ -461,37 +468,54 @@ func (k *Kubelet) WaitReplaced(ctx context.Context, t proc.Target, m proc.Mark, 
 	if m.BootID == "" {
 		return fmt.Errorf("waiting for %s: mark has no boot id (take it with Mark)", what)
 	}
+	return done(ctx, what, timeout, k.await(func() error {
+		ok, stale, err := k.Replaced(t, m)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			return nil
+		case len(stale) > 0:
+			return fmt.Errorf("still running from before the mark: %s", describeProcs(stale))
+		default:
+			return fmt.Errorf("no process of %s is running", t.Binary)
+		}
+	}))
+}
+
+// Replaced syncs and reports, as proc.Scanner's Replaced, whether at least
+// one process of t.Binary runs and none started at or before m (every
+// process counts as after a mark of another boot), with the ones that did.
+func (k *Kubelet) Replaced(t proc.Target, m proc.Mark) (bool, []proc.Process, error) {
+	if m.BootID == "" {
+		return false, nil, errors.New("mark has no boot id")
+	}
 	if err := k.Sync(); err != nil {
-		return done(ctx, what, timeout, err)
+		return false, nil, err
 	}
 	ps := k.procs(t.Binary)
-	var stale []Proc
+	var stale []proc.Process
 	if m.BootID == k.bootID {
 		for _, p := range ps {
 			if p.StartTicks <= m.Ticks {
-				stale = append(stale, p)
+				stale = append(stale, p.Process)
 			}
 		}
 	}
-	var why error
-	switch {
-	case len(ps) == 0:
-		why = fmt.Errorf("no process of %s is running", t.Binary)
-	case len(stale) > 0:
-		why = fmt.Errorf("still running from before the mark: %s", describe(stale))
-	}
-	return done(ctx, what, timeout, why)
+	return len(ps) > 0 && len(stale) == 0, stale, nil
 }
 
-// WaitGone checks once, after the sync, that no process of t.Binary runs.
+// WaitGone checks, after the sync, that no process of t.Binary runs.
 func (k *Kubelet) WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error {
-	var why error
-	if err := k.Sync(); err != nil {
-		why = err
-	} else if ps := k.procs(t.Binary); len(ps) > 0 {
-		why = fmt.Errorf("still running: %s", describe(ps))
-	}
-	return done(ctx, t.Name+" to exit", timeout, why)
+	return done(ctx, t.Name+" to exit", timeout, k.await(func() error {
+		if err := k.Sync(); err != nil {
+			return err
+		}
+		if ps := k.procs(t.Binary); len(ps) > 0 {
+			return fmt.Errorf("still running: %s", describe(ps))
+		}
+		return nil
+	}))
 }
 
 // done ends a wait that checked once: nil when why is nil, else the error
