@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 2 (the current one).
+Schema of the journal file, version 3 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (2)
+	    schema_version            uint64: the schema version of this file (3)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -56,7 +56,10 @@ Version 1 stored a record's payload in one untyped string, "note": the JSON
 of the component's processes in a done record, the aside directory in an
 etcd-restored record. Version 2 moves them into "processes" and "asideDir"
 and refuses any step it does not know; version-1 txns have no "targets"
-(the engine pins them when it resumes such a txn).
+(the engine pins them when it resumes such a txn). Version 3 adds the step
+"replaced" (kubelet replaced etcd, journaled before it answered); nothing
+else changes, so its migration only moves the version, and a version-2
+binary refuses a file that may hold the new step.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
@@ -77,7 +80,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 2
+const currentVersion = 3
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -111,6 +114,7 @@ type migration struct {
 var migrations = []migration{
 	{name: "v0 to v1: versioned layout with transactions", run: migrateV0toV1},
 	{name: "v1 to v2: typed record steps and payloads", run: migrateV1toV2},
+	{name: "v2 to v3: the replaced step", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release
@@ -181,7 +185,7 @@ func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("records/%s/%x: %w", id, k, err)
 			}
-			if !r.Step.Known() {
+			if !r.Step.Known() || r.Step == StepReplaced {
 				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
 			}
 			switch {

@@ -140,6 +140,10 @@ type Step string
 const (
 	// StepMark: a process mark taken before a component's manifest write.
 	StepMark Step = "mark"
+	// StepReplaced: kubelet replaced a component's process (before it
+	// answered). Journaled for etcd only: a rollback restores etcd's data
+	// only when a newer etcd ran on it.
+	StepReplaced Step = "replaced"
 	// StepDone: a component was replaced and answered.
 	StepDone Step = "done"
 	// StepRestored: the manifest snapshot was written back.
@@ -151,7 +155,7 @@ const (
 )
 
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepDone, StepRestored, StepEtcdRestored, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdRestored, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }
