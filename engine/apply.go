@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/fault"
@@ -20,14 +21,23 @@ import (
 // roster order: journal a mark, write its manifest, wait until kubelet
 // replaced the process and the new one answers, journal the step done. The
 // done record of one component and the mark of the next are one journal
-// write (one fsync pair per step).
+// write (one fsync pair per step). A component journaled done whose
+// manifest no longer holds its target (edited between a crash and resume)
+// is stepped again.
 func (e *Engine) apply(ctx context.Context, r *run) error {
 	var pending []journal.Record
 	for _, comp := range r.txn.Changed {
-		if _, done := r.find(journal.PhaseApplying, journal.StepDone, comp); done {
-			continue
-		}
 		mark, resumed := r.find(journal.PhaseApplying, journal.StepMark, comp)
+		if _, done := r.find(journal.PhaseApplying, journal.StepDone, comp); done {
+			on, err := e.targetOnDisk(r, journal.PhaseApplying, comp, mark.Stamp)
+			if err != nil {
+				return fmt.Errorf("%s: %w", comp, err)
+			}
+			if on {
+				continue
+			}
+			e.log.Warn("a component's manifest was changed after its step; writing it again", "component", comp)
+		}
 		if !resumed {
 			m, err := e.procs.Mark()
 			if err != nil {
@@ -43,8 +53,15 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 				return err
 			}
 			pending = nil
+		} else if len(pending) > 0 {
+			// The previous component was stepped again (its manifest was
+			// edited after its done record); journal its new done now.
+			if err := e.append(r, journal.PhaseApplying, pending...); err != nil {
+				return err
+			}
+			pending = nil
 		}
-		if err := e.step(ctx, r, journal.PhaseApplying, comp, *mark.ProcMark, mark.Stamp); err != nil {
+		if err := e.step(ctx, r, journal.PhaseApplying, comp, *mark.ProcMark, mark.Stamp, !resumed); err != nil {
 			return err
 		}
 		ids, err := e.identity(r.to, comp)
@@ -64,36 +81,19 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 }
 
 // step writes comp's target manifest and waits for kubelet to act on it.
-func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string, m proc.Mark, stamp string) error {
+// m is the mark journaled for the step; fresh says this run took it just
+// now (else an earlier run did, and remark decides whether it stands).
+func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string, m proc.Mark, stamp string, fresh bool) error {
 	t0 := time.Now()
 	st, at := r.to, fault.Step.Of
 	if p == journal.PhaseRollingBack {
 		st, at = r.from, fault.Step.InRollback
 	}
 	e.hit(at(fault.BeforeWrite, comp))
-	if cur, err := e.procs.Mark(); err != nil {
-		return fmt.Errorf("%s: %w", comp, err)
-	} else if cur.BootID != m.BootID {
-		// A mark from an earlier boot counts every process as new. That is
-		// right when the write happened before the reboot (kubelet then
-		// started the component from the new bytes), but when it did not,
-		// the process kubelet restarted after the reboot runs the old
-		// manifest: take a fresh mark in this boot before writing.
-		on, err := e.targetOnDisk(r, p, comp, stamp)
-		if err != nil {
-			return fmt.Errorf("%s: %w", comp, err)
-		}
-		if !on {
-			// kubelet may still be starting the old pod after the boot: a
-			// process it starts between the new mark and the write would
-			// pass for the replacement. Let it settle first.
-			e.settle(ctx, st, comp)
-			if m, err = e.procs.Mark(); err != nil {
-				return fmt.Errorf("%s: %w", comp, err)
-			}
-			if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamp}); err != nil {
-				return err
-			}
+	if !fresh {
+		var err error
+		if m, err = e.remark(ctx, r, p, st, comp, m, stamp); err != nil {
+			return err
 		}
 	}
 	if err := e.procs.PastMark(ctx, m); err != nil {
@@ -112,6 +112,13 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
+	if comp == nodestate.Etcd && p != journal.PhaseRollingBack {
+		// A newer etcd runs on the data now: from here on a rollback
+		// restores etcd's data (newerEtcdRan).
+		if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepReplaced, Component: comp}); err != nil {
+			return err
+		}
+	}
 	e.hit(at(fault.AfterReplaced, comp))
 	e.event(r.txn.ID, p, "wait-active", comp, comp+" to answer "+describeHealth(t), "waiting for the new "+comp+" to answer")
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
@@ -120,6 +127,38 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	r.steps = append(r.steps, StepTime{Component: comp, Phase: string(p), Elapsed: time.Since(t0)})
 	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s replaced and active (%.1fs)", comp, time.Since(t0).Seconds()))
 	return nil
+}
+
+// remark returns the mark a step resumed from the journal waits with. The
+// journaled mark m stands when comp's manifest already holds the step's
+// target: the write happened before the crash, and kubelet started (or
+// will start) the component from it after m -- in this boot, or in a later
+// one, where every process counts as after m. Otherwise the write never
+// happened, a power cut undid it, or the file was edited since; whatever
+// runs now runs other bytes and may have started after m (kubelet
+// restarted it after a reboot, a liveness kill or an OOM kill) and would
+// pass for the replacement. Then kubelet is let settle and a fresh mark is
+// journaled.
+func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodestate.NodeState, comp string, m proc.Mark, stamp string) (proc.Mark, error) {
+	on, err := e.targetOnDisk(r, p, comp, stamp)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", comp, err)
+	}
+	if on {
+		return m, nil
+	}
+	// kubelet may still be starting a pod from the bytes on disk: a process
+	// it starts between the new mark and the write would pass for the
+	// replacement.
+	e.settle(ctx, st, comp)
+	fresh, err := e.procs.Mark()
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", comp, err)
+	}
+	if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepMark, Component: comp, ProcMark: &fresh, Stamp: stamp}); err != nil {
+		return m, err
+	}
+	return fresh, nil
 }
 
 func describeHealth(t proc.Target) string {
@@ -132,11 +171,18 @@ func describeHealth(t proc.Target) string {
 // writeTarget writes the bytes comp's manifest must hold in phase p: in an
 // upgrade the journaled target (derived files first); in a rollback-last the
 // journaled target with the mark's restarted-at stamp (an empty target
-// removes the manifest); in a rollback the restored bytes with the journaled
-// stamp.
+// removes the manifest); in a rollback the snapshot's bytes with the
+// journaled stamp, in the snapshot's mode.
 func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error {
 	if p == journal.PhaseRollingBack {
-		_, err := e.store.RestartAsIs(comp, stamp)
+		want, mode, err := r.restored(comp, stamp)
+		if err != nil {
+			return err
+		}
+		if _, err := e.store.Sweep(); err != nil {
+			return err
+		}
+		_, err = e.store.PutMode(comp, want, mode)
 		return err
 	}
 	want, err := r.want(comp, stamp)
@@ -175,6 +221,26 @@ func (r *run) want(comp, stamp string) ([]byte, error) {
 	return manifest.SetRestartedAt(tg.Manifest, stamp)
 }
 
+// restored is the bytes and mode comp's manifest must hold after a
+// rollback: the snapshot's, with the restarted-at stamp.
+func (r *run) restored(comp, stamp string) ([]byte, fs.FileMode, error) {
+	if r.snap == nil {
+		return nil, 0, fmt.Errorf("transaction %s: the rollback has no loaded snapshot", r.txn.ID)
+	}
+	for _, en := range r.snap.Index.Manifests() {
+		if en.Component != comp {
+			continue
+		}
+		b, _ := r.snap.Manifest(comp)
+		out, err := manifest.SetRestartedAt(b, stamp)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s in snapshot %s: %w", comp, r.snap.Dir, err)
+		}
+		return out, en.Mode.Perm(), nil
+	}
+	return nil, 0, fmt.Errorf("snapshot %s holds no manifest of %s", r.snap.Dir, comp)
+}
+
 // settle waits, bounded by the active deadline, until the process kubelet
 // runs for comp from the manifest now on disk answers. It is called before a
 // fresh mark is taken for a write that did not happen before a reboot: a
@@ -202,11 +268,11 @@ func (e *Engine) targetOnDisk(r *run, p journal.Phase, comp, stamp string) (bool
 		return false, err
 	}
 	if p == journal.PhaseRollingBack {
-		pod, err := manifest.DecodePod(have)
+		want, _, err := r.restored(comp, stamp)
 		if err != nil {
-			return false, nil
+			return false, err
 		}
-		return manifest.RestartedAt(pod) == stamp, nil
+		return bytes.Equal(have, want), nil
 	}
 	want, err := r.want(comp, stamp)
 	if err != nil {

@@ -7,19 +7,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
 // run is the state of one transaction being driven.
 type run struct {
-	txn     *journal.Txn
-	from    *nodestate.NodeState
-	to      *nodestate.NodeState
-	recs    []journal.Record
+	txn  *journal.Txn
+	from *nodestate.NodeState
+	to   *nodestate.NodeState
+	recs []journal.Record
+	// snap is the transaction's manifest snapshot, once a rollback loaded it.
+	snap    *snapshot.Loaded
 	started time.Time
 	steps   []StepTime
 }
@@ -128,6 +132,17 @@ func (e *Engine) append(r *run, p journal.Phase, recs ...journal.Record) error {
 	r.recs = append(r.recs, stored...)
 	r.txn.Phase = p
 	return nil
+}
+
+// findIn returns the last record of step and component in any of phases.
+func (r *run) findIn(step journal.Step, component string, phases ...journal.Phase) (journal.Record, bool) {
+	for i := len(r.recs) - 1; i >= 0; i-- {
+		rec := r.recs[i]
+		if slices.Contains(phases, rec.Phase) && rec.Step == step && rec.Component == component {
+			return rec, true
+		}
+	}
+	return journal.Record{}, false
 }
 
 // find returns the last record of phase p, step and component, if any.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -23,6 +24,11 @@ import (
 func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 	reason := r.txn.Reason
 	if err := e.rollbackSteps(ctx, r); err != nil {
+		if missing := e.missingManifests(r); len(missing) > 0 && !errors.Is(err, errResumable) {
+			// Closing the transaction now would leave the node without
+			// these manifests and nothing to resume.
+			err = fmt.Errorf("%w: %v; the manifest of %s is not in place", errResumable, err, strings.Join(missing, ", "))
+		}
 		if errors.Is(err, errFatalJournal) || errors.Is(err, errResumable) || ctx.Err() != nil {
 			return r.result("", reason), fmt.Errorf("%w: the rollback of %s is paused: %v: %w", ErrInterrupted, r.txn.ID, err, ErrStillOpen)
 		}
@@ -56,6 +62,25 @@ func (e *Engine) rollbackFailed(r *run, msg string) error {
 		}
 	}
 	return rf
+}
+
+// missingManifests is the components of the node state rolled back to
+// whose manifest is not on disk although the snapshot holds one (etcd's,
+// removed to restore its data), in roster order. A rollback never ends
+// with one missing: it stays open for resume.
+func (e *Engine) missingManifests(r *run) []string {
+	var out []string
+	for _, comp := range manifest.NamesFor(r.from) {
+		if r.snap != nil {
+			if _, held := r.snap.Manifest(comp); !held {
+				continue
+			}
+		}
+		if _, err := e.store.Read(comp); errors.Is(err, manifest.ErrNoManifest) {
+			out = append(out, comp)
+		}
+	}
+	return out
 }
 
 // errResumable marks a rollback failure that leaves the node in a state a
@@ -114,6 +139,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
+	r.snap = snap
 	_, restored := r.find(journal.PhaseRollingBack, journal.StepRestored, "")
 	if !restored {
 		if err := e.restoreEtcd(ctx, r, written, snap); err != nil {
@@ -121,7 +147,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		}
 	}
 	restart := r.restartSet(written)
-	last, err := e.rollbackMarks(ctx, r, snap, restart, restored)
+	last, err := e.rollbackMarks(ctx, r, restart, restored)
 	if err != nil {
 		return err
 	}
@@ -131,7 +157,7 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		}
 	}
 	for _, comp := range restart {
-		if err := e.rollbackComponent(ctx, r, snap, comp); err != nil {
+		if err := e.rollbackComponent(ctx, r, comp); err != nil {
 			return err
 		}
 	}
@@ -143,32 +169,38 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 // the restore writes each manifest once, with its stamp (a fresh pod UID),
 // and every process started from that write counts as after its mark. It
 // returns the latest mark, which the restore waits past.
-func (e *Engine) rollbackMarks(ctx context.Context, r *run, snap *snapshot.Loaded, restart []string, restored bool) (proc.Mark, error) {
+//
+// A mark journaled by an earlier run stands when the restore is journaled,
+// or when the component's manifest already holds the stamped snapshot
+// bytes: the restore wrote it before a crash or a power cut, and kubelet
+// started (or will start) it from those bytes after the mark, also in a
+// later boot. Otherwise the processes that run now run the bytes being
+// replaced and may have started after that mark (a reboot, a liveness or
+// OOM restart): kubelet is let settle and a fresh mark, with the same
+// stamp, is taken.
+func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, restored bool) (proc.Mark, error) {
 	var marks []journal.Record
 	var last proc.Mark
 	for _, comp := range restart {
-		if _, held := snap.Manifest(comp); !held {
+		if _, held := r.snap.Manifest(comp); !held {
 			continue
-		}
-		m, err := e.procs.Mark()
-		if err != nil {
-			return last, err
 		}
 		stamp := e.store.Stamp()
 		if rec, ok := r.find(journal.PhaseRollingBack, journal.StepMark, comp); ok {
-			// Journaled before a crash. Its mark stands unless it is from an
-			// earlier boot and the restore has not written yet: then the
-			// processes kubelet restarted after the reboot run the bytes
-			// being replaced, and an old-boot mark would count them as new.
-			if restored || rec.ProcMark.BootID == m.BootID {
+			on, err := e.targetOnDisk(r, journal.PhaseRollingBack, comp, rec.Stamp)
+			if err != nil {
+				return last, fmt.Errorf("%s: %w", comp, err)
+			}
+			if restored || on {
 				last = *rec.ProcMark
 				continue
 			}
 			stamp = rec.Stamp
 			e.settle(ctx, r.to, comp)
-			if m, err = e.procs.Mark(); err != nil {
-				return last, err
-			}
+		}
+		m, err := e.procs.Mark()
+		if err != nil {
+			return last, err
 		}
 		last = m
 		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamp})
@@ -207,12 +239,22 @@ func (e *Engine) restoreSnapshot(ctx context.Context, r *run, derived, restart [
 }
 
 // rollbackComponent waits for comp to come back from the restored bytes (or,
-// when the upgrade added it, to go), and journals it done.
-func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.Loaded, comp string) error {
+// when the upgrade added it, to go), and journals it done. A component
+// journaled done whose manifest no longer holds the stamped snapshot bytes
+// (edited between a crash and resume) is stepped again.
+func (e *Engine) rollbackComponent(ctx context.Context, r *run, comp string) error {
+	_, held := r.snap.Manifest(comp)
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepDone, comp); done {
-		return nil
+		if !held {
+			return nil
+		}
+		mark, _ := r.find(journal.PhaseRollingBack, journal.StepMark, comp)
+		if on, err := e.targetOnDisk(r, journal.PhaseRollingBack, comp, mark.Stamp); err != nil || on {
+			return err
+		}
+		e.log.Warn("a component's manifest was changed after its rollback step; writing it again", "component", comp)
 	}
-	if _, held := snap.Manifest(comp); !held {
+	if !held {
 		// The upgrade added it; the restore removed it. Wait for it to go.
 		t, err := manifest.Target(r.to, comp)
 		if err != nil {
@@ -225,8 +267,9 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, snap *snapshot.L
 	}
 	mark, _ := r.find(journal.PhaseRollingBack, journal.StepMark, comp)
 	// The restore wrote the stamped bytes already; the step's write is a
-	// no-op unless a crash came between the restore and its record.
-	if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp); err != nil {
+	// no-op unless a crash came between the restore and its record, or the
+	// file was changed since (then remark takes a fresh mark).
+	if err := e.step(ctx, r, journal.PhaseRollingBack, comp, *mark.ProcMark, mark.Stamp, false); err != nil {
 		return err
 	}
 	ids, err := e.identity(r.from, comp)

@@ -45,6 +45,10 @@ type Processes interface {
 	Active(ctx context.Context, t proc.Target) bool
 	WaitActive(ctx context.Context, t proc.Target, timeout time.Duration) error
 	WaitReplaced(ctx context.Context, t proc.Target, m proc.Mark, timeout time.Duration) error
+	// Replaced is one look at what WaitReplaced waits for: done when at
+	// least one process of t.Binary runs and none started before m; stale
+	// are those that did. An error means the answer is unknown.
+	Replaced(t proc.Target, m proc.Mark) (done bool, stale []proc.Process, err error)
 	WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error
 }
 

@@ -37,9 +37,12 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 			return fmt.Errorf("verify: %s: %w", comp, err)
 		}
 	}
+	if err := e.rewriteChanged(ctx, r); err != nil {
+		return err
+	}
 	want := map[string][]proc.Process{}
 	for _, comp := range r.txn.Changed {
-		rec, ok := r.find(journal.PhaseApplying, journal.StepDone, comp)
+		rec, ok := r.findIn(journal.StepDone, comp, journal.PhaseApplying, journal.PhaseVerifying)
 		if ok && rec.BootID == boot.BootID {
 			want[comp] = rec.Processes
 			continue
@@ -63,6 +66,37 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	r.txn.Phase = journal.PhaseCommitted
 	e.event(r.txn.ID, journal.PhaseCommitted, "commit", "", "", "committed: node state is now "+r.to.KubernetesVersion)
 	e.hit(fault.AfterCommit)
+	return nil
+}
+
+// rewriteChanged steps again every changed component whose manifest no
+// longer holds its target (edited between a crash and resume, or after its
+// step), so that what commits is what the transaction planned.
+func (e *Engine) rewriteChanged(ctx context.Context, r *run) error {
+	for _, comp := range r.txn.Changed {
+		mark, ok := r.findIn(journal.StepMark, comp, journal.PhaseApplying, journal.PhaseVerifying)
+		if !ok || mark.ProcMark == nil {
+			return fmt.Errorf("verify: %s: no mark of its step is journaled: the journal is damaged", comp)
+		}
+		on, err := e.targetOnDisk(r, journal.PhaseVerifying, comp, mark.Stamp)
+		if err != nil {
+			return fmt.Errorf("verify: %s: %w", comp, err)
+		}
+		if on {
+			continue
+		}
+		e.log.Warn("a component's manifest is not what this transaction wrote; writing it again", "component", comp)
+		if err := e.step(ctx, r, journal.PhaseVerifying, comp, *mark.ProcMark, mark.Stamp, false); err != nil {
+			return err
+		}
+		ids, err := e.identity(r.to, comp)
+		if err != nil {
+			return err
+		}
+		if err := e.append(r, journal.PhaseVerifying, journal.Record{Phase: journal.PhaseVerifying, Step: journal.StepDone, Component: comp, Processes: ids}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
