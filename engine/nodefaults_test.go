@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,4 +246,57 @@ func TestEtcdDataRestoredWhenTheNewerEtcdRan(t *testing.T) {
 		t.Errorf("etcd's data was restored %d times, want once", n.etcd.restores)
 	}
 	n.expectConverged(RolledBack)
+}
+
+// diskFull is the model's store whose writes fail with ENOSPC while full
+// is set, as a full filesystem fails them (nothing written).
+type diskFull struct {
+	modelStore
+	full *bool
+}
+
+func (s diskFull) err(name string) error {
+	return &fs.PathError{Op: "write", Path: s.Path(name), Err: syscall.ENOSPC}
+}
+
+func (s diskFull) Put(name string, b []byte) (bool, error) {
+	if *s.full {
+		return false, s.err(name)
+	}
+	return s.modelStore.Put(name, b)
+}
+
+func (s diskFull) PutMode(name string, b []byte, perm fs.FileMode) (bool, error) {
+	if *s.full {
+		return false, s.err(name)
+	}
+	return s.modelStore.PutMode(name, b, perm)
+}
+
+// An I/O error in a rollback (the disk filled up) leaves the transaction
+// open with a message that says to resume, not closed rollback-failed: the
+// node is half restored, and resume finishes it once there is room.
+func TestRollbackIOErrorStaysOpen(t *testing.T) {
+	for _, etcd := range []bool{false, true} {
+		t.Run(fmt.Sprintf("etcd-upgraded=%v", etcd), func(t *testing.T) {
+			n := newMemNode(t)
+			n.before = n.manifests()
+			full := false
+			e := n.engineWith(diskFull{modelStore{n.store, n.k}, &full}, func(p fault.Point) {
+				if p == fault.AfterRollingBack {
+					full = true
+				}
+			})
+			res, err := e.Run(t.Context(), release(n.st, etcd, nodestate.Scheduler, standin.ModeNeverListen), nil)
+			if !errors.Is(err, ErrStillOpen) || !strings.Contains(err.Error(), "no space left on device") {
+				t.Fatalf("Run: %+v %v: want the transaction left open, saying why", res, err)
+			}
+			if open, err := n.j.OpenTxn(); err != nil || open == nil || open.Phase != journal.PhaseRollingBack {
+				t.Fatalf("open transaction: %+v %v, want one rolling back", open, err)
+			}
+			full = false
+			n.resume(RolledBack)
+			n.expectConverged(RolledBack)
+		})
+	}
 }

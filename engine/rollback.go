@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -28,6 +30,10 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 			// Closing the transaction now would leave the node without
 			// these manifests and nothing to resume.
 			err = fmt.Errorf("%w: %v; the manifest of %s is not in place", errResumable, err, strings.Join(missing, ", "))
+		} else if isIOError(err) && !errors.Is(err, errResumable) {
+			// A full disk or a failing device: the node is part restored,
+			// and resume finishes the rollback once the I/O works.
+			err = fmt.Errorf("%w: %w (fix the I/O error, then run resume)", errResumable, err)
 		}
 		if errors.Is(err, errFatalJournal) || errors.Is(err, errResumable) || ctx.Err() != nil {
 			return r.result("", reason), fmt.Errorf("%w: the rollback of %s is paused: %v: %w", ErrInterrupted, r.txn.ID, err, ErrStillOpen)
@@ -81,6 +87,22 @@ func (e *Engine) missingManifests(r *run) []string {
 		}
 	}
 	return out
+}
+
+// isIOError reports whether err comes from a failed file system call (a
+// full disk, a failing device, a read-only remount, an unreadable /proc),
+// not from a wait, a health probe or a check.
+func isIOError(err error) bool {
+	var (
+		ne *net.OpError
+		pe *fs.PathError
+		le *os.LinkError
+	)
+	if errors.As(err, &ne) {
+		return false
+	}
+	return errors.As(err, &pe) || errors.As(err, &le) ||
+		errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EDQUOT)
 }
 
 // errResumable marks a rollback failure that leaves the node in a state a
