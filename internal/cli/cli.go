@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -222,7 +223,7 @@ func (g *globals) setup() error {
 	}
 	// The packages below log through slog.Default in places (migrations).
 	slog.SetDefault(g.log)
-	g.scanner = proc.Host()
+	g.scanner = proc.Host().WithBootID(fault.BootID()) // "" (the kernel's) but in a stratumfault build
 	switch g.procScope {
 	case "":
 	case "self":
@@ -254,7 +255,7 @@ func (g *globals) openJournal(readOnly bool) (*journal.Journal, error) {
 		}
 		g.dirLocked = true
 	}
-	j, err := journal.Open(g.journalPath(), journal.Options{ReadOnly: readOnly, LockTimeout: g.lockTimeout})
+	j, err := journal.Open(g.journalPath(), journal.Options{ReadOnly: readOnly, LockTimeout: g.lockTimeout, BootID: fault.BootIDReader(journal.ReadBootID)})
 	if err != nil {
 		if errors.Is(err, journal.ErrLocked) {
 			holder := ""

@@ -36,14 +36,27 @@ func Stratum(t TB) string {
 	return p
 }
 
+// BootIDEnv is the variable that sets the boot id a stratum-upgrade built
+// with its fault points reports instead of the kernel's
+// (fault.BootIDEnvVar, which exists only in such a build).
+const BootIDEnv = "STRATUM_FAULT_BOOT_ID"
+
 // Command is bin with args in a process group of its own (so that
 // KillGroup reaches whatever it starts), with the fault point fault armed
 // (build.FaultEnv=fault in its environment; "" arms none, whatever the
-// test's own environment says).
+// test's own environment says) and the kernel's boot id (WithBootID sets
+// another).
 func Command(bin, fault string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), build.FaultEnv+"="+fault)
+	cmd.Env = append(os.Environ(), build.FaultEnv+"="+fault, BootIDEnv+"=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// WithBootID has cmd (from Command) report bootID as the current boot id,
+// as after a reboot (testbed's Node.Reboot returns one), and returns it.
+func WithBootID(cmd *exec.Cmd, bootID string) *exec.Cmd {
+	cmd.Env = append(cmd.Env, BootIDEnv+"="+bootID)
 	return cmd
 }
 

@@ -19,6 +19,7 @@ import (
 )
 
 func (n *Node) startKubelet(bin string, opts Options) error {
+	n.kubeletBin, n.kubeletOpts = bin, opts // for Reboot
 	d := func(v, def time.Duration) string {
 		if opts.KubeletTimings {
 			return "0"

@@ -110,6 +110,9 @@ type Node struct {
 	exited   chan struct{}
 	stopOnce sync.Once
 	stopErr  error
+	// kubeletBin and kubeletOpts start the stand-in again (Reboot).
+	kubeletBin  string
+	kubeletOpts Options
 }
 
 // StartNode brings up a node: rewrites the state into the root, generates
