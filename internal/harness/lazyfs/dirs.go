@@ -56,7 +56,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // of dir changes: if dir is clean (unchanged since its last fsync or since
 // mount) its current entries are the durable ones, so it snapshots them.
 // The caller holds f.mu.
-func (f *FS) touchDir(dir string) syscall.Errno {
+func (f *server) touchDir(dir string) syscall.Errno {
 	st, err := lstat(dir)
 	if err != nil {
 		return errnoOf(err)
@@ -75,13 +75,13 @@ func (f *FS) touchDir(dir string) syscall.Errno {
 // stashName is where an unlinked inode is kept alive until the next power
 // loss, so that a directory whose removal of it is not yet durable can still
 // bring it back, and so that its inode number is never reused meanwhile.
-func (f *FS) stashName(ino uint64) string {
+func (f *server) stashName(ino uint64) string {
 	return filepath.Join(f.stash, strconv.FormatUint(ino, 10))
 }
 
 // stashLink keeps the non-directory inode at path alive in the stash. The
 // caller holds f.mu.
-func (f *FS) stashLink(path string, ino uint64) syscall.Errno {
+func (f *server) stashLink(path string, ino uint64) syscall.Errno {
 	err := os.Link(path, f.stashName(ino))
 	if err != nil && !os.IsExist(err) {
 		return errnoOf(err)
@@ -91,7 +91,7 @@ func (f *FS) stashLink(path string, ino uint64) syscall.Errno {
 
 // stashDir moves the empty directory at path into the stash. The caller
 // holds f.mu.
-func (f *FS) stashDir(path string, ino uint64) syscall.Errno {
+func (f *server) stashDir(path string, ino uint64) syscall.Errno {
 	return errnoOf(os.Rename(path, f.stashName(ino)))
 }
 

@@ -34,7 +34,7 @@ var (
 )
 
 // wrapFile wraps the loopback handle fh of inode in. The caller holds f.mu.
-func (f *FS) wrapFile(in *fs.Inode, fh fs.FileHandle) (*fileHandle, syscall.Errno) {
+func (f *server) wrapFile(in *fs.Inode, fh fs.FileHandle) (*fileHandle, syscall.Errno) {
 	lf, ok := fh.(*fs.LoopbackFile)
 	if !ok {
 		return nil, syscall.EIO
@@ -174,7 +174,7 @@ func (h *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 
 // recFor returns the undo log of ino, starting one (durable size = current
 // size) if the file is clean. fd is open on ino. The caller holds f.mu.
-func (f *FS) recFor(ino uint64, fd int) (*fileRec, syscall.Errno) {
+func (f *server) recFor(ino uint64, fd int) (*fileRec, syscall.Errno) {
 	if r, ok := f.files[ino]; ok {
 		return r, 0
 	}
@@ -189,7 +189,7 @@ func (f *FS) recFor(ino uint64, fd int) (*fileRec, syscall.Errno) {
 
 // beforeTruncate records a truncate of ino from size cur to size to. The
 // caller holds f.mu.
-func (f *FS) beforeTruncate(ino uint64, read readAtFunc, cur, to int64) syscall.Errno {
+func (f *server) beforeTruncate(ino uint64, read readAtFunc, cur, to int64) syscall.Errno {
 	r, ok := f.files[ino]
 	if !ok {
 		r = &fileRec{durable: cur}

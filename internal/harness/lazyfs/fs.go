@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -53,9 +52,8 @@ type Stats struct {
 	LastDuration      time.Duration
 }
 
-// FS is a mounted lazyfs. Its methods are safe for concurrent use, but
-// PowerLoss, Unmount and Close must not race with I/O on the mount.
-type FS struct {
+// server is a mounted lazyfs; it runs in the child process (see child.go).
+type server struct {
 	backing    string
 	mountpoint string
 	stash      string
@@ -70,19 +68,13 @@ type FS struct {
 	rng    *rand.Rand
 	stats  Stats
 
-	rmu   sync.Mutex
-	rules []*Injection
+	rmu    sync.Mutex
+	rules  []*injection
+	nextID int
 }
 
-// Mount mounts mountpoint as a loopback of backing with the durability model
-// described in the package documentation. Everything in backing at this
-// point is durable. Both directories must exist; the caller must be root and
-// /dev/fuse must exist (no fusermount is used).
-//
-// Mount raises GOMAXPROCS to at least 8: the FUSE server runs in this
-// process, and a thread faulting on an mmap of the mount blocks its P until
-// the server answers.
-func Mount(backing, mountpoint string, opts Options) (*FS, error) {
+// mountServer mounts mountpoint as a loopback of backing in this process.
+func mountServer(backing, mountpoint string, opts Options) (*server, error) {
 	backing, err := filepath.Abs(backing)
 	if err != nil {
 		return nil, err
@@ -101,10 +93,7 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 	if stash == backing || strings.HasPrefix(stash, backing+"/") {
 		return nil, fmt.Errorf("lazyfs: stash dir %s is inside backing dir %s", stash, backing)
 	}
-	if runtime.GOMAXPROCS(0) < 8 {
-		runtime.GOMAXPROCS(8)
-	}
-	f := &FS{
+	f := &server{
 		backing:    backing,
 		mountpoint: mountpoint,
 		stash:      stash,
@@ -134,19 +123,8 @@ func Mount(backing, mountpoint string, opts Options) (*FS, error) {
 	return f, nil
 }
 
-// Mountpoint returns the absolute path of the mount.
-func (f *FS) Mountpoint() string { return f.mountpoint }
-
-// Backing returns the absolute path of the backing directory.
-func (f *FS) Backing() string { return f.backing }
-
-// Path joins rel to the mountpoint.
-func (f *FS) Path(rel ...string) string {
-	return filepath.Join(append([]string{f.mountpoint}, rel...)...)
-}
-
 // Stats returns a snapshot of the counters.
-func (f *FS) Stats() Stats {
+func (f *server) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stats
@@ -156,7 +134,7 @@ func (f *FS) Stats() Stats {
 // current state, as after a clean shutdown. It fails, leaving the mount in
 // place, if files on the mount are still open. Unmount of an unmounted FS
 // is a no-op.
-func (f *FS) Unmount() error {
+func (f *server) Unmount() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.server == nil {
@@ -170,7 +148,7 @@ func (f *FS) Unmount() error {
 
 // Close is Unmount, except that if the mount is busy it detaches it lazily
 // (MNT_DETACH) so that no mount is left behind, and reports the busy error.
-func (f *FS) Close() error {
+func (f *server) Close() error {
 	err := f.Unmount()
 	if err == nil {
 		return nil
@@ -185,7 +163,7 @@ func (f *FS) Close() error {
 	return err
 }
 
-func (f *FS) resetStash() error {
+func (f *server) resetStash() error {
 	if err := os.RemoveAll(f.stash); err != nil {
 		return err
 	}
@@ -193,7 +171,7 @@ func (f *FS) resetStash() error {
 }
 
 // mountLocked starts a fresh FUSE server over f.backing with an empty model.
-func (f *FS) mountLocked() error {
+func (f *server) mountLocked() error {
 	f.files = map[uint64]*fileRec{}
 	f.dirs = map[uint64]map[string]dirent{}
 	f.open = map[*fileHandle]string{}
@@ -234,7 +212,7 @@ func (f *FS) mountLocked() error {
 // unmountLocked unmounts, first waiting up to 2s for the kernel to release
 // handles of files the caller already closed. On failure it names the files
 // still open.
-func (f *FS) unmountLocked() error {
+func (f *server) unmountLocked() error {
 	for deadline := time.Now().Add(2 * time.Second); len(f.open) > 0 && time.Now().Before(deadline); {
 		f.mu.Unlock()
 		time.Sleep(5 * time.Millisecond)

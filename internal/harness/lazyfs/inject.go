@@ -27,71 +27,84 @@ const (
 
 // Rule describes failures to inject. An operation matches a rule if its Op
 // is the rule's and its path (slash-separated, relative to the mount root,
-// no leading slash) matches Path and Match. Of the matching operations, the
-// first After pass; the following Times fail with Errno (all of them if
-// Times is 0). A failed operation changes nothing: it is refused before it
-// reaches the backing directory or the model.
+// no leading slash; "" for the root) matches the path.Match pattern Path
+// ("" matches every path). Of the matching operations, the first After
+// pass; the following Times fail with Errno (all of them if Times is 0). A
+// failed operation changes nothing: it is refused before it reaches the
+// backing directory or the model.
 //
 // The kernel decides how system calls map to operations: a write(2) of
 // more than 128 KiB is several WRITE requests, open(O_TRUNC) of an existing
 // file is an open plus a truncate, and close(2) does not fsync.
 type Rule struct {
 	Op    Op
-	Path  string                // path.Match pattern; "" matches every path
-	Match func(rel string) bool // optional further predicate
-	Errno syscall.Errno         // e.g. syscall.ENOSPC, syscall.EIO
+	Path  string
+	Errno syscall.Errno // e.g. syscall.ENOSPC, syscall.EIO
 	After int
 	Times int
 }
 
-// Injection is an installed Rule and its counters.
-type Injection struct {
-	Rule
-	seen  atomic.Int64
-	fired atomic.Int64
-}
-
-// Seen returns how many operations matched the rule, fired or not.
-func (i *Injection) Seen() int64 { return i.seen.Load() }
-
-// Fired returns how many operations the rule failed.
-func (i *Injection) Fired() int64 { return i.fired.Load() }
-
-func (i *Injection) String() string {
-	return fmt.Sprintf("%s %q -> %v (seen %d, fired %d)", i.Op, i.Path, i.Errno, i.Seen(), i.Fired())
-}
-
-// Inject installs r and returns it with its counters. Rules are checked in
-// the order they were installed; the first that fires decides the errno.
-// Rules survive PowerLoss. It panics on a malformed Path or a zero Errno.
-func (f *FS) Inject(r Rule) *Injection {
+// validate reports a malformed rule.
+func (r Rule) validate() error {
 	if _, err := path.Match(r.Path, ""); err != nil {
-		panic(fmt.Sprintf("lazyfs: Inject: bad pattern %q: %v", r.Path, err))
+		return fmt.Errorf("lazyfs: bad pattern %q: %v", r.Path, err)
 	}
 	if r.Errno == 0 {
-		panic("lazyfs: Inject: zero Errno")
+		return fmt.Errorf("lazyfs: rule %s %q has no Errno", r.Op, r.Path)
 	}
-	in := &Injection{Rule: r}
-	f.rmu.Lock()
-	f.rules = append(f.rules, in)
-	f.rmu.Unlock()
-	return in
+	return nil
 }
 
-// Clear removes all rules. Injections already returned keep their counts.
-func (f *FS) Clear() {
+// injection is an installed Rule and its counters, in the server.
+type injection struct {
+	Rule
+	id      int
+	cleared bool // by clearRules: kept only for its counts
+	seen    atomic.Int64
+	fired   atomic.Int64
+}
+
+// addRule installs r and returns its id.
+func (f *server) addRule(r Rule) (int, error) {
+	if err := r.validate(); err != nil {
+		return 0, err
+	}
 	f.rmu.Lock()
-	f.rules = nil
+	defer f.rmu.Unlock()
+	f.nextID++
+	f.rules = append(f.rules, &injection{Rule: r, id: f.nextID})
+	return f.nextID, nil
+}
+
+// counts returns how often rule id matched and fired.
+func (f *server) counts(id int) (seen, fired int64) {
+	f.rmu.Lock()
+	defer f.rmu.Unlock()
+	for _, in := range f.rules {
+		if in.id == id {
+			return in.seen.Load(), in.fired.Load()
+		}
+	}
+	return 0, 0
+}
+
+// clearRules retires all rules; their counts stay readable.
+func (f *server) clearRules() {
+	f.rmu.Lock()
+	for _, in := range f.rules {
+		in.cleared = true
+	}
 	f.rmu.Unlock()
 }
 
-// inject returns the errno to fail op on any of paths with, or 0.
-func (f *FS) inject(op Op, paths ...string) syscall.Errno {
+// inject returns the errno to fail op on any of paths with, or 0. Every
+// matching rule counts the operation as seen; the first that fires wins.
+func (f *server) inject(op Op, paths ...string) syscall.Errno {
 	f.rmu.Lock()
 	defer f.rmu.Unlock()
 	var errno syscall.Errno
 	for _, in := range f.rules {
-		if in.Op != op || !in.matches(paths) {
+		if in.cleared || in.Op != op || !in.matches(paths) {
 			continue
 		}
 		n := in.seen.Add(1)
@@ -107,17 +120,11 @@ func (f *FS) inject(op Op, paths ...string) syscall.Errno {
 	return errno
 }
 
-func (in *Injection) matches(paths []string) bool {
+func (in *injection) matches(paths []string) bool {
 	for _, p := range paths {
-		if in.Path != "" {
-			if ok, _ := path.Match(in.Path, p); !ok {
-				continue
-			}
+		if ok, _ := path.Match(in.Path, p); ok || in.Path == "" {
+			return true
 		}
-		if in.Match != nil && !in.Match(p) {
-			continue
-		}
-		return true
 	}
 	return false
 }

@@ -13,7 +13,7 @@ import (
 // of the directories they touch, and whose unlinked inodes go to the stash.
 type node struct {
 	fs.LoopbackNode
-	lfs *FS
+	lfs *server
 }
 
 // rel is the node's path relative to the mount root ("" for the root).
@@ -315,7 +315,7 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 }
 
 // fsync marks the inode durable. The caller does not hold f.mu.
-func (f *FS) fsync(rel string, ino uint64, dir bool) syscall.Errno {
+func (f *server) fsync(rel string, ino uint64, dir bool) syscall.Errno {
 	if e := f.inject(OpFsync, rel); e != 0 {
 		return e
 	}

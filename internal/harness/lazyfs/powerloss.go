@@ -22,7 +22,7 @@ import (
 // rewrite fails, the FS is left unmounted and the error says so.
 // Inotify watches on the mount end with the unmount (IN_UNMOUNT) and must
 // be added again.
-func (f *FS) PowerLoss() error {
+func (f *server) PowerLoss() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.server == nil {
@@ -53,7 +53,7 @@ func (f *FS) PowerLoss() error {
 // they are hard-linked into a fresh tree built under the stash from the
 // durable entries of each directory; directories are created anew. The
 // fresh tree then replaces the contents of f.backing.
-func (f *FS) rebuild() error {
+func (f *server) rebuild() error {
 	idx := map[uint64]string{} // inode -> a current path to it
 	for _, top := range []string{f.backing, f.stash} {
 		err := filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
@@ -123,7 +123,7 @@ func (f *FS) rebuild() error {
 
 // builder fills a fresh tree with the durable entries of directories.
 type builder struct {
-	f    *FS
+	f    *server
 	idx  map[uint64]string
 	seen map[uint64]bool // directories already placed
 }

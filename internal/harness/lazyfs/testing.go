@@ -71,6 +71,8 @@ func CleanStaleMounts() []string {
 	return done
 }
 
+func splitLines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }
+
 // unescapeMount undoes the octal escapes of /proc/mounts (\040 for space...).
 func unescapeMount(s string) string {
 	var b strings.Builder
