@@ -2,6 +2,7 @@ package lazyfs
 
 import (
 	"os"
+	"syscall"
 	"testing"
 )
 
@@ -55,6 +56,21 @@ func TestFsyncAnyDescriptor(t *testing.T) {
 	r.Close()
 	powerLoss(t, f)
 	wantContent(t, f, "f", []byte("DURABLE"))
+}
+
+// A write through an O_DSYNC descriptor is durable when it returns.
+func TestODsyncWriteKept(t *testing.T) {
+	f := mountWithFile(t)
+	fh, err := os.OpenFile(f.Path("f"), os.O_RDWR|syscall.O_DSYNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt([]byte("SYNC"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	powerLoss(t, f)
+	wantContent(t, f, "f", []byte("SYNCble"))
 }
 
 func TestWriteAfterFsyncLost(t *testing.T) {

@@ -52,8 +52,9 @@
 // keep their latest value (reverting data keeps the mtime and atime it
 // had). Recreated directories get the mode, owner and times of the
 // directory they replace, but not its xattrs. sync(2) and syncfs(2) reach no
-// FUSE server and make nothing durable; O_SYNC and O_DSYNC writes are not
-// durable either (no fsync request is sent). Data written through shared
+// FUSE server and make nothing durable. A write on an O_SYNC or O_DSYNC
+// descriptor makes the kernel send an fsync, which makes the whole file
+// durable (more than O_DSYNC promises). Data written through shared
 // writable mmap reaches the model when the kernel writes the pages back, so
 // it counts as written then. copy_file_range is refused (ENOSYS) so that
 // the kernel falls back to reads and writes; fallocate collapse and insert
