@@ -368,3 +368,54 @@ func sha(s string) string {
 var jsonUnmarshal = json.Unmarshal
 
 func jsonMarshal(v any) ([]byte, error) { return json.MarshalIndent(v, "", "  ") }
+
+// A restore sweeps the live manifest directory through the store: an entry
+// named like a staging leftover that is not a regular file (a directory, a
+// symlink) is reported and left alone, and the restore completes.
+func TestRestoreLeavesNonRegularLeftoversAsStrays(t *testing.T) {
+	n := newNode(t, "default")
+	dir := filepath.Join(n.root, "snaps", "t")
+	if _, err := Take(dir, n.store, manifest.DerivedPaths(n.st)); err != nil {
+		t.Fatal(err)
+	}
+	want := files(t, n.store.Dir())
+	if _, err := n.store.Remove(nodestate.Scheduler); err != nil {
+		t.Fatal(err)
+	}
+	live := n.store.Dir()
+	strayDir := filepath.Join(live, "kube-apiserver.yaml.new")
+	if err := os.Mkdir(strayDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(strayDir, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/nonexistent", filepath.Join(live, "etcd.yaml.tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(live, "kube-scheduler.yaml.new"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Restore(dir, n.store, manifest.DerivedPaths(n.st))
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if !reflect.DeepEqual(res.Swept, []string{"kube-scheduler.yaml.new"}) || !reflect.DeepEqual(res.Written, []string{nodestate.Scheduler}) {
+		t.Errorf("swept %v, written %v", res.Swept, res.Written)
+	}
+	if !reflect.DeepEqual(res.ManifestStrays, []string{"etcd.yaml.tmp", "kube-apiserver.yaml.new"}) {
+		t.Errorf("ManifestStrays = %v", res.ManifestStrays)
+	}
+	if _, err := os.Stat(filepath.Join(strayDir, "keep")); err != nil {
+		t.Errorf("stray directory changed: %v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(live, "etcd.yaml.tmp")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("stray symlink changed: %v", err)
+	}
+	got := files(t, live)
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s not restored", p)
+		}
+	}
+}
