@@ -28,7 +28,13 @@ type run struct {
 	steps   []StepTime
 }
 
+// load reads what driving txn needs from the journal, after trustOpen has
+// checked every path and id of it the engine acts on: an untrusted
+// transaction is refused (UntrustedJournalError) before anything is done.
 func (e *Engine) load(txn *journal.Txn) (*run, error) {
+	if err := e.trustOpen(txn); err != nil {
+		return nil, err
+	}
 	from, err := nodestate.Parse(txn.From)
 	if err != nil {
 		return nil, fmt.Errorf("transaction %s: node state before: %w", txn.ID, err)

@@ -23,10 +23,9 @@ func (e *Engine) snapshotDir(id string) string { return e.snaps.Path(id) }
 // takeSnapshot: planned -> snapshotted. The manifest set, and etcd's data
 // when the upgrade changes etcd.
 func (e *Engine) takeSnapshot(ctx context.Context, r *run) error {
-	dir := r.txn.SnapshotDir
-	if dir == "" {
-		dir = e.snapshotDir(r.txn.ID)
-	}
+	// Always the derived path: a journaled SnapshotDir is this or empty
+	// (trustTxn).
+	dir := e.snapshotDir(r.txn.ID)
 	e.event(r.txn.ID, r.txn.Phase, "snapshot", "", "", "snapshot of the manifest set to "+dir)
 	if err := e.snaps.CleanStaging(r.txn.ID); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/durable"
@@ -42,7 +43,7 @@ var ErrUnknownComponent = errors.New("unknown component")
 // and renamed it. kubelet parses every visible file as a pod, and these sort
 // AFTER "<name>.yaml", so one left behind by a crash wins that pod's store key
 // at every relist and runs a half-written or stale pod. They are swept before
-// every write. The hidden ".<name>.yaml<digits>" files are renameio's own
+// every write, when they are regular files (see Sweep). The hidden ".<name>.yaml<digits>" files are renameio's own
 // staging files: kubelet ignores hidden files, but one survives only a crash
 // mid-write, and it is swept too so a converged directory holds nothing else.
 // Any other visible file is not ours: it is reported, never deleted.
@@ -459,10 +460,14 @@ type SweepResult struct {
 }
 
 // Sweep removes the staging leftovers (see IsStagingLeftover) from the
-// manifest directory and reports every other entry that is not a component
-// manifest as a stray, logged as a warning: kubelet runs any visible file as
-// a pod, so an operator must see it, but it is not ours to delete. The
-// removals are durable when Sweep returns.
+// manifest directory and reports every other visible entry that is not a
+// component manifest as a stray, logged as a warning: kubelet runs any
+// visible file as a pod, so an operator must see it, but it is not ours to
+// delete. Only regular files are ever removed, and only by unlink(2), which
+// never removes a directory: an entry named like a leftover that is a
+// directory, fifo, socket or symlink is reported as a stray (when visible;
+// hidden, it is ignored like every hidden entry) and left exactly as it is,
+// and it never fails the sweep. The removals are durable when Sweep returns.
 func (s *Store) Sweep() (SweepResult, error) {
 	var res SweepResult
 	if err := s.writable("sweep"); err != nil {
@@ -479,7 +484,29 @@ func (s *Store) Sweep() (SweepResult, error) {
 			continue
 		}
 		if leftover, visible := IsStagingLeftover(name); leftover {
-			if err := os.Remove(filepath.Join(s.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if !e.Type().IsRegular() {
+				// Named like a leftover, but no writer of ours leaves
+				// anything but a regular file: a directory, fifo, socket
+				// or symlink is someone else's. kubelet ignores all but a
+				// symlink (it follows that one), so it is a stray like any
+				// other visible entry that is not ours; a hidden one is
+				// ignored like every hidden entry.
+				if visible {
+					s.log.Warn("entry in the manifest directory is named like a staging leftover but is not a regular file; left alone", "file", name, "type", e.Type().String())
+					res.Strays = append(res.Strays, name)
+				}
+				continue
+			}
+			switch err := unlinkFile(filepath.Join(s.dir, name)); {
+			case errors.Is(err, fs.ErrNotExist):
+			case errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.EPERM):
+				// Replaced by a directory since it was listed (unlink
+				// never removes one): a stray, as above.
+				if visible {
+					res.Strays = append(res.Strays, name)
+				}
+				continue
+			case err != nil:
 				return res, fmt.Errorf("sweep staging leftover %s: %w", filepath.Join(s.dir, name), err)
 			}
 			s.log.Warn("swept staging leftover from the manifest directory", "file", name, "visibleToKubelet", visible)
@@ -518,8 +545,18 @@ func (s *Store) Sweep() (SweepResult, error) {
 	return res, nil
 }
 
+// unlinkFile removes path with unlink(2), which removes a file, symlink,
+// fifo or socket but never a directory (os.Remove falls back to rmdir).
+func unlinkFile(path string) error {
+	if err := syscall.Unlink(path); err != nil {
+		return &fs.PathError{Op: "unlink", Path: path, Err: err}
+	}
+	return nil
+}
+
 // Strays lists the visible entries of the manifest directory that are not
-// component manifests and not staging leftovers, without changing anything.
+// component manifests, without changing anything: the strays a Sweep
+// reports, plus any regular-file staging leftover a Sweep would remove.
 func (s *Store) Strays() ([]string, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -486,5 +487,107 @@ func TestLockDir(t *testing.T) {
 		t.Fatalf("lock of a missing dir: %v", err)
 	} else {
 		rel()
+	}
+}
+
+// An entry named like a staging leftover that is not a regular file was not
+// left by a writer of ours: kubelet does not run a directory, fifo or
+// socket, and a symlink is someone else's. Every sweep (and so every write)
+// reports it as a stray, never removes it and never fails on it; the
+// regular-file leftovers beside it are still swept.
+func TestNonRegularLeftoversAreStraysNeverRemoved(t *testing.T) {
+	st := tempState(t, "default")
+	s := newStore(t)
+	if _, err := s.WriteAll(st); err != nil {
+		t.Fatal(err)
+	}
+	pod := filepath.Join(t.TempDir(), "pod.yaml")
+	if err := os.WriteFile(pod, []byte("apiVersion: v1\nkind: Pod\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mk := map[string]func(p string) error{
+		"kube-apiserver.yaml.new": func(p string) error { // the issue: a non-empty directory
+			if err := os.Mkdir(p, 0o700); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(p, "keep"), []byte("x"), 0o600)
+		},
+		"etcd.yaml.tmp":                     func(p string) error { return os.Mkdir(p, 0o700) }, // empty: os.Remove would take it
+		"kube-scheduler.yaml~":              func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"kube-controller-manager.yaml.tmp7": func(p string) error { return os.Symlink(pod, p) },
+		"etcd.yaml.new":                     func(p string) error { return os.Symlink("/nonexistent", p) },
+	}
+	hidden := ".etcd.yaml4242" // kubelet ignores it: left alone, not reported
+	types := map[string]os.FileMode{}
+	for name, fn := range mk {
+		if err := fn(filepath.Join(s.Dir(), name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(s.Dir(), hidden), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	regular := "kube-scheduler.yaml.new"
+	if err := os.WriteFile(filepath.Join(s.Dir(), regular), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append(dirNames(t, s.Dir()), hidden) {
+		if fi, err := os.Lstat(filepath.Join(s.Dir(), name)); err == nil {
+			types[name] = fi.Mode().Type()
+		}
+	}
+	var wantStrays []string
+	for name := range mk {
+		wantStrays = append(wantStrays, name)
+	}
+	sort.Strings(wantStrays)
+
+	res, err := s.Sweep()
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if !reflect.DeepEqual(res.Swept, []string{regular}) {
+		t.Errorf("Swept = %v, want only the regular leftover %s", res.Swept, regular)
+	}
+	got := append([]string(nil), res.Strays...)
+	sort.Strings(got)
+	if !reflect.DeepEqual(got, wantStrays) {
+		t.Errorf("Strays = %v, want %v", got, wantStrays)
+	}
+	check := func(after string) {
+		t.Helper()
+		for name, typ := range types {
+			if name == regular {
+				continue
+			}
+			fi, err := os.Lstat(filepath.Join(s.Dir(), name))
+			if err != nil || fi.Mode().Type() != typ {
+				t.Errorf("after %s: %s changed or removed (%v)", after, name, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir(), "kube-apiserver.yaml.new", "keep")); err != nil {
+			t.Errorf("after %s: the stray directory's content is gone: %v", after, err)
+		}
+	}
+	check("Sweep")
+	// Every write sweeps first: none fails on them.
+	if wr, err := s.WriteAll(st); err != nil {
+		t.Errorf("WriteAll: %v", err)
+	} else if len(wr.Strays) != len(wantStrays) {
+		t.Errorf("WriteAll strays %v, want %v", wr.Strays, wantStrays)
+	}
+	if _, err := s.Put(nodestate.Etcd, must(s.Read(nodestate.Etcd))); err != nil {
+		t.Errorf("Put: %v", err)
+	}
+	if _, err := s.RestartAsIs(nodestate.Scheduler, "2026-01-01T00:00:00Z"); err != nil {
+		t.Errorf("RestartAsIs: %v", err)
+	}
+	check("writes")
+	strays, err := s.Strays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(strays, wantStrays) {
+		t.Errorf("Strays() = %v, want %v", strays, wantStrays)
 	}
 }

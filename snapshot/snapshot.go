@@ -407,6 +407,9 @@ type RestoreResult struct {
 	// DerivedRemoved are derived files the snapshot does not hold, removed.
 	DerivedRemoved []string
 	Swept          []string // staging leftovers swept from the live directory
+	// ManifestStrays are the entries of the live manifest directory that are
+	// not ours (manifest.SweepResult.Strays): reported, left alone.
+	ManifestStrays []string
 	Strays         []string // files in the snapshot restored nowhere
 }
 
@@ -440,7 +443,7 @@ func RestoreStamped(dir string, store Store, allowedDerived []string, stamps map
 	if err != nil {
 		return res, fmt.Errorf("restore %s: %w", dir, err)
 	}
-	res.Swept = sw.Swept
+	res.Swept, res.ManifestStrays = sw.Swept, sw.Strays
 	for _, e := range l.Index.Entries {
 		if e.Kind != KindDerived {
 			continue

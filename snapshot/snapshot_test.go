@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -368,3 +369,182 @@ func sha(s string) string {
 var jsonUnmarshal = json.Unmarshal
 
 func jsonMarshal(v any) ([]byte, error) { return json.MarshalIndent(v, "", "  ") }
+
+// A restore sweeps the live manifest directory through the store: an entry
+// named like a staging leftover that is not a regular file (a directory, a
+// symlink) is reported and left alone, and the restore completes.
+func TestRestoreLeavesNonRegularLeftoversAsStrays(t *testing.T) {
+	n := newNode(t, "default")
+	dir := filepath.Join(n.root, "snaps", "t")
+	if _, err := Take(dir, n.store, manifest.DerivedPaths(n.st)); err != nil {
+		t.Fatal(err)
+	}
+	want := files(t, n.store.Dir())
+	if _, err := n.store.Remove(nodestate.Scheduler); err != nil {
+		t.Fatal(err)
+	}
+	live := n.store.Dir()
+	strayDir := filepath.Join(live, "kube-apiserver.yaml.new")
+	if err := os.Mkdir(strayDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(strayDir, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/nonexistent", filepath.Join(live, "etcd.yaml.tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(live, "kube-scheduler.yaml.new"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Restore(dir, n.store, manifest.DerivedPaths(n.st))
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if !reflect.DeepEqual(res.Swept, []string{"kube-scheduler.yaml.new"}) || !reflect.DeepEqual(res.Written, []string{nodestate.Scheduler}) {
+		t.Errorf("swept %v, written %v", res.Swept, res.Written)
+	}
+	if !reflect.DeepEqual(res.ManifestStrays, []string{"etcd.yaml.tmp", "kube-apiserver.yaml.new"}) {
+		t.Errorf("ManifestStrays = %v", res.ManifestStrays)
+	}
+	if _, err := os.Stat(filepath.Join(strayDir, "keep")); err != nil {
+		t.Errorf("stray directory changed: %v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(live, "etcd.yaml.tmp")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("stray symlink changed: %v", err)
+	}
+	got := files(t, live)
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s not restored", p)
+		}
+	}
+}
+
+// pruneRoot is a snapshot root holding a snapshot and an etcd backup for
+// each of ids.
+func pruneRoot(t *testing.T, keep int, ids ...string) (*node, *Root) {
+	t.Helper()
+	n := newNode(t, "default")
+	r := NewRoot(filepath.Join(n.root, "snaps"), keep)
+	for _, id := range ids {
+		if _, err := Take(r.Path(id), n.store, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(r.EtcdPath(id), []byte("db"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n, r
+}
+
+func rootEntries(t *testing.T, r *Root) []string {
+	t.Helper()
+	entries, err := os.ReadDir(r.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// What a prune killed half-way left (by this binary: the snapshot renamed
+// to its trash name, its etcd backup still there; by an older one: the
+// etcd backup alone) is finished by the next Prune, and by CleanStaging;
+// neither touches a protected id's snapshot or backup, nor a snapshot that
+// still stands under its id.
+func TestPruneFinishesAHalfDonePrune(t *testing.T) {
+	ids := []string{"20261201T000000Z-000a", "20261201T010000Z-000b", "20261201T020000Z-000c", "20261201T030000Z-000d"}
+	_, r := pruneRoot(t, 2, ids[0], ids[3])
+	half := func(id string) { // killed after the rename
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(r.Dir(), "."+id+".staging-pruned", "manifests"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(r.EtcdPath(id), []byte("db"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	half(ids[1])
+	// An older binary removed the snapshot, then was killed before its
+	// etcd backup went.
+	if err := os.WriteFile(r.EtcdPath(ids[2]), []byte("db"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A protected id whose backup has no snapshot beside it is still kept.
+	protected := "20261201T040000Z-000e"
+	if err := os.WriteFile(r.EtcdPath(protected), []byte("db"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := r.Prune(map[string]bool{ids[0]: true, protected: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 0 {
+		t.Errorf("pruned %v: two snapshots stand, keep is 2", removed)
+	}
+	want := []string{ids[0], ids[0] + ".etcd.db", ids[3], ids[3] + ".etcd.db", protected + ".etcd.db"}
+	sort.Strings(want)
+	if got := rootEntries(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("after Prune the root holds %v, want %v", got, want)
+	}
+
+	// CleanStaging, run when any transaction takes its snapshot, finishes
+	// a half-done prune of another id too.
+	half(ids[1])
+	if err := r.CleanStaging("20261201T050000Z-000f"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rootEntries(t, r); !reflect.DeepEqual(got, want) {
+		t.Errorf("after CleanStaging the root holds %v, want %v", got, want)
+	}
+}
+
+// A prune killed at each of its durable points (the fault seam pruneHook
+// stops it there, as a SIGKILL would) never leaves a half snapshot under
+// an id, and the next Prune finishes it: the trash and the etcd backup go,
+// the protected snapshot and the newest stay.
+func TestPruneKilledMidwayIsFinished(t *testing.T) {
+	ids := []string{"20261201T000000Z-000a", "20261201T010000Z-000b", "20261201T020000Z-000c"}
+	for _, step := range []string{"renamed", "etcd-removed"} {
+		t.Run(step, func(t *testing.T) {
+			_, r := pruneRoot(t, 2, ids...)
+			killed := errors.New("killed")
+			pruneHook = func(s, id string) error {
+				if s == step && id == ids[1] {
+					return killed
+				}
+				return nil
+			}
+			defer func() { pruneHook = nil }()
+			if _, err := r.Prune(map[string]bool{ids[0]: true}); !errors.Is(err, killed) {
+				t.Fatalf("Prune: %v, want it stopped at %s", err, step)
+			}
+			left := []string{"." + ids[1] + ".staging-pruned", ids[0], ids[0] + ".etcd.db", ids[2], ids[2] + ".etcd.db"}
+			if step == "renamed" {
+				left = append(left, ids[1]+".etcd.db")
+			}
+			sort.Strings(left)
+			if got := rootEntries(t, r); !reflect.DeepEqual(got, left) {
+				t.Fatalf("killed at %s, the root holds %v, want %v", step, got, left)
+			}
+			if got, _ := r.List(); !reflect.DeepEqual(got, []string{ids[0], ids[2]}) {
+				t.Fatalf("List = %v: a half-pruned snapshot is listed", got)
+			}
+			pruneHook = nil
+			if _, err := r.Prune(map[string]bool{ids[0]: true}); err != nil {
+				t.Fatal(err)
+			}
+			want := []string{ids[0], ids[0] + ".etcd.db", ids[2], ids[2] + ".etcd.db"}
+			if got := rootEntries(t, r); !reflect.DeepEqual(got, want) {
+				t.Fatalf("after the next Prune the root holds %v, want %v", got, want)
+			}
+			if _, err := Load(r.Path(ids[0]), nil); err != nil {
+				t.Fatalf("protected snapshot: %v", err)
+			}
+		})
+	}
+}

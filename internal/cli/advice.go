@@ -23,6 +23,8 @@ func advice(err error) string {
 			adv = fmt.Sprintf(". etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `stratum-upgrade render`, or etcd starts as a new, empty cluster", rf.EtcdDataDir, rf.EtcdAside, rf.EtcdDataDir+".stratum-restore") + adv
 		}
 		return adv
+	case errors.Is(err, engine.ErrUntrustedJournal):
+		return ". The journal was damaged or edited; see it with `stratum-upgrade history`. Do not edit it back by hand: restore the state directory's stratum.db from a backup, or move it aside and re-import the node state with `stratum-upgrade init --state` (the history is then lost), then `stratum-upgrade render`"
 	case errors.Is(err, engine.ErrStillOpen):
 		return "; once the cause is fixed, `stratum-upgrade resume` continues it"
 	case errors.Is(err, journal.ErrTxnOpen):

@@ -20,6 +20,7 @@ func TestAdvice(t *testing.T) {
 		{fmt.Errorf("%w: x: %w", engine.ErrInterrupted, engine.ErrStillOpen), []string{"`stratum-upgrade resume` continues it"}},
 		{fmt.Errorf("%w: manifest m", engine.ErrUnrestorable), []string{"`stratum-upgrade render`"}},
 		{fmt.Errorf("%w: slow", engine.ErrEtcdBackupTimeout), []string{"--etcd-backup-timeout"}},
+		{&engine.UntrustedJournalError{Txn: "t", Field: "snapshotDir", Value: "/etc"}, []string{"`stratum-upgrade history`", "`stratum-upgrade init --state`"}},
 		{fmt.Errorf("open: %w", journal.ErrNeedsMigration), []string{"`stratum-upgrade resume`"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r"}, []string{"`stratum-upgrade status`", "`stratum-upgrade render`"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r", EtcdDataDir: "/var/lib/etcd", EtcdAside: "/var/lib/etcd.stratum-pre-rollback-t"},

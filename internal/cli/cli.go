@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -242,7 +243,7 @@ func (g *globals) setup() error {
 // open creates the state directory and the journal when missing.
 func (g *globals) openJournal(readOnly bool) (*journal.Journal, error) {
 	if !readOnly {
-		if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
+		if err := durable.MkdirAll(g.stateDir, 0o700); err != nil {
 			return nil, fmt.Errorf("state directory %s: %w (choose another with --state-dir)", g.stateDir, err)
 		}
 	}
