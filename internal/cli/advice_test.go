@@ -21,6 +21,8 @@ func TestAdvice(t *testing.T) {
 		{fmt.Errorf("%w: manifest m", engine.ErrUnrestorable), []string{"`stratum-upgrade render`"}},
 		{fmt.Errorf("%w: slow", engine.ErrEtcdBackupTimeout), []string{"--etcd-backup-timeout"}},
 		{fmt.Errorf("open: %w", journal.ErrNeedsMigration), []string{"`stratum-upgrade resume`"}},
+		{fmt.Errorf("status: %w", &journal.CorruptError{Path: "/var/lib/stratum/stratum.db", Err: errors.New("page 7 says it is page 9")}),
+			[]string{"bug report", "wrote no manifest", "docs/operations.md"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r"}, []string{"`stratum-upgrade status`", "`stratum-upgrade render`"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r", EtcdDataDir: "/var/lib/etcd", EtcdAside: "/var/lib/etcd.stratum-pre-rollback-t"},
 			[]string{"/var/lib/etcd.stratum-pre-rollback-t", "BEFORE running `stratum-upgrade render`"}},
