@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint demo bench torture e2e-kubelet clean
+.PHONY: help build test lint fuzz demo bench torture e2e-kubelet clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -35,6 +35,19 @@ lint: ## go.mod/go.sum tidy check, gofmt check, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# go test -fuzz takes one package and one target at a time. A crash input
+# is written to the package's testdata/fuzz/<target>/: commit it with the
+# fix, and plain go test runs it from then on. -fuzzminimizetime bounds the
+# minimizing of each new input (default 60 s), which otherwise eats short runs.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./journal:FuzzOpen ./nodestate:FuzzParse ./engine:FuzzParseRelease ./snapshot:FuzzLoadIndex
+
+fuzz: ## run each fuzz target for FUZZTIME (10s): journal open, node state, release, snapshot index
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x "$${t%%:*}"; \
+	done
 
 torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more)
 	STRATUM_TORTURE=$${STRATUM_TORTURE:-50} $(GO) test -count=1 -timeout 0 -run TestCrashRandom -v ./engine | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|seed'

@@ -29,6 +29,8 @@ func advice(err error) string {
 		return "; once the cause is fixed, `stratum-upgrade resume` continues it"
 	case errors.Is(err, journal.ErrTxnOpen):
 		return "; run `stratum-upgrade resume` to finish it, or `stratum-upgrade rollback` to undo it"
+	case errors.Is(err, journal.ErrCorrupt):
+		return ". Keep a copy of the file for a bug report; this command wrote no manifest. The node runs what its manifests say: check them and `crictl ps`, then follow \"A damaged journal\" in docs/operations.md to move the journal aside and re-import the node state"
 	case errors.Is(err, journal.ErrNeedsMigration):
 		return "; it was written by an older stratum-upgrade: `stratum-upgrade resume` (or any command that writes) migrates it in one atomic step, an open transaction included"
 	case errors.Is(err, journal.ErrLocked):

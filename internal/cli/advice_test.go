@@ -22,6 +22,8 @@ func TestAdvice(t *testing.T) {
 		{fmt.Errorf("%w: slow", engine.ErrEtcdBackupTimeout), []string{"--etcd-backup-timeout"}},
 		{&engine.UntrustedJournalError{Txn: "t", Field: "snapshotDir", Value: "/etc"}, []string{"`stratum-upgrade history`", "`stratum-upgrade init --state`"}},
 		{fmt.Errorf("open: %w", journal.ErrNeedsMigration), []string{"`stratum-upgrade resume`"}},
+		{fmt.Errorf("status: %w", &journal.CorruptError{Path: "/var/lib/stratum/stratum.db", Err: errors.New("page 7 says it is page 9")}),
+			[]string{"bug report", "wrote no manifest", "docs/operations.md"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r"}, []string{"`stratum-upgrade status`", "`stratum-upgrade render`"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r", EtcdDataDir: "/var/lib/etcd", EtcdAside: "/var/lib/etcd.stratum-pre-rollback-t"},
 			[]string{"/var/lib/etcd.stratum-pre-rollback-t", "BEFORE running `stratum-upgrade render`"}},

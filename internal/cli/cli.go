@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -319,7 +320,17 @@ func refuseOpenTxn(j *journal.Journal, what string) error {
 
 // Main runs stratum-upgrade with args (without the program name), writing
 // to stdout and stderr, and returns the exit code. It never calls os.Exit.
-func Main(args []string, stdout, stderr io.Writer) int {
+//
+// A panic in the command's goroutine is a bug: Main recovers it, prints
+// one "internal error" line (no goroutine dump), writes the stack to a
+// file in os.TempDir() that the line names, and returns ExitError. A panic
+// in another goroutine still crashes the process.
+func Main(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			code = internalError(r, debug.Stack(), stderr)
+		}
+	}()
 	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
 	root := newRoot(g)
 	root.SetArgs(args)
@@ -333,7 +344,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, &re) {
 		err = usage(err) // cobra's own parsing: unknown command, bad args
 	}
-	code := ExitCode(err)
+	code = ExitCode(err)
 	if code != ExitOK {
 		fmt.Fprintf(stderr, "stratum-upgrade: %s\n", withAdvice(err))
 		if code == ExitUsage && !errors.As(err, &re) {
@@ -343,9 +354,29 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// panicSeam, when set (by tests only: nothing in the product sets it), is
+// called before every command body, so a test can make one panic.
+var panicSeam func()
+
+// internalError reports the recovered panic r and returns ExitError.
+func internalError(r any, stack []byte, stderr io.Writer) int {
+	where := "it could not be saved"
+	if f, err := os.CreateTemp("", "stratum-upgrade-panic-*.txt"); err == nil {
+		fmt.Fprintf(f, "stratum-upgrade %s: panic: %v\n\n%s", Version, r, stack)
+		if err := f.Close(); err == nil {
+			where = "saved in " + f.Name()
+		}
+	}
+	fmt.Fprintf(stderr, "stratum-upgrade: internal error: %v (a bug: please report it with the stack trace, %s). The command stopped there and wrote nothing more; what it did before is journaled: `stratum-upgrade status` shows the node, and `stratum-upgrade resume` continues an open transaction\n", r, where)
+	return ExitError
+}
+
 // ran wraps a command body so its errors are told apart from cobra's.
 func ran(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
+		if panicSeam != nil {
+			panicSeam()
+		}
 		if err := fn(cmd, args); err != nil {
 			return &ranError{err}
 		}

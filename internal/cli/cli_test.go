@@ -127,3 +127,38 @@ func TestManifestDirLockAcrossStateDirs(t *testing.T) {
 		t.Fatalf("a refused render wrote %v", entries)
 	}
 }
+
+// TestMainRecoversPanic: a panic in a command (forced through panicSeam,
+// which nothing in the product sets) is exit 1 and one "internal error"
+// line without a goroutine dump; the stack goes to the file it names.
+func TestMainRecoversPanic(t *testing.T) {
+	panicSeam = func() { panic("forced by the test") }
+	t.Cleanup(func() { panicSeam = nil })
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"version"}, &stdout, &stderr)
+	if code != ExitError {
+		t.Errorf("exit code %d, want %d", code, ExitError)
+	}
+	msg := stderr.String()
+	for _, w := range []string{"internal error: forced by the test", "please report it", "wrote nothing more", "`stratum-upgrade status`"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("stderr does not say %q:\n%s", w, msg)
+		}
+	}
+	if strings.Contains(msg, "goroutine") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("stderr is not one line without a stack:\n%s", msg)
+	}
+	_, after, ok := strings.Cut(msg, "saved in ")
+	if !ok {
+		t.Fatalf("stderr names no stack file:\n%s", msg)
+	}
+	file, _, _ := strings.Cut(after, ")")
+	t.Cleanup(func() { _ = os.Remove(file) })
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "panic: forced by the test") || !strings.Contains(string(b), "goroutine") {
+		t.Errorf("stack file %s:\n%s", file, b)
+	}
+}
