@@ -23,7 +23,24 @@ const (
 	OpRename   Op = "rename" // matches if the source or the target path matches
 	OpLink     Op = "link"   // matches the new name
 	OpSymlink  Op = "symlink"
+
+	// OpMutate matches every operation that changes the file system:
+	// write, truncate, fsync, create, mkdir, rmdir, unlink, rename, link
+	// and symlink (not open or read). A rule {Op: OpMutate, After: n,
+	// Errno: EIO} is a power cut after the n-th change: nothing later
+	// reaches the disk, as a device that went away answers EIO. Its Seen
+	// count on a run without a cut is how many cut points a run has.
+	OpMutate Op = "mutate"
 )
+
+// mutates reports whether op changes the file system.
+func (op Op) mutates() bool {
+	switch op {
+	case OpOpen, OpRead, OpMutate:
+		return false
+	}
+	return true
+}
 
 // Rule describes failures to inject. An operation matches a rule if its Op
 // is the rule's and its path (slash-separated, relative to the mount root,
@@ -104,7 +121,7 @@ func (f *server) inject(op Op, paths ...string) syscall.Errno {
 	defer f.rmu.Unlock()
 	var errno syscall.Errno
 	for _, in := range f.rules {
-		if in.cleared || in.Op != op || !in.matches(paths) {
+		if in.cleared || !(in.Op == op || in.Op == OpMutate && op.mutates()) || !in.matches(paths) {
 			continue
 		}
 		n := in.seen.Add(1)

@@ -92,3 +92,36 @@ func TestInjectNamespaceOps(t *testing.T) {
 	wantAbsent(t, f, "d")
 	wantContent(t, f, "f", []byte("durable"))
 }
+
+// OpMutate counts every change and, with After, fails all changes after
+// the n-th: a cut. Reads still work.
+func TestMutateRuleCutsAfterN(t *testing.T) {
+	f := MountT(t)
+	count := f.Inject(Rule{Op: OpMutate, Errno: syscall.EIO, After: 1 << 30})
+	if err := os.WriteFile(f.Path("a"), []byte("a"), 0o600); err != nil { // create + write
+		t.Fatal(err)
+	}
+	if err := os.Rename(f.Path("a"), f.Path("b")); err != nil {
+		t.Fatal(err)
+	}
+	if n := count.Seen(); n != 3 {
+		t.Fatalf("seen %d changes, want 3 (create, write, rename)", n)
+	}
+	if count.Fired() != 0 {
+		t.Fatal("fired before its After")
+	}
+	f.Clear()
+	cut := f.Inject(Rule{Op: OpMutate, Errno: syscall.EIO, After: 1})
+	if err := os.WriteFile(f.Path("c"), []byte("c"), 0o600); err == nil {
+		t.Fatal("the write after the cut succeeded")
+	}
+	if err := os.Rename(f.Path("b"), f.Path("d")); err == nil {
+		t.Fatal("a rename after the cut succeeded")
+	}
+	if b, err := os.ReadFile(f.Path("b")); err != nil || string(b) != "a" {
+		t.Fatalf("a read after the cut: %q %v", b, err)
+	}
+	if cut.Fired() < 2 {
+		t.Fatalf("fired %d times", cut.Fired())
+	}
+}
