@@ -60,6 +60,13 @@ type memNode struct {
 	// etcdNeverReplaced says kubelet never acted on etcd's new manifest
 	// (the test held it): its data must not be restored.
 	etcdNeverReplaced bool
+	// release and store2, when set, are a test's release and manifest
+	// store for the transaction under test (TestIOErrorMatrix's rows).
+	release *Release
+	store2  Manifests
+	// procs, when set, is what the engine sees processes through (a
+	// wrapper of the model); else the model itself.
+	procs Processes
 	// onEvent, when set, sees every engine event as it happens.
 	onEvent func(Event)
 	// before is the manifest directory before the transaction under test.
@@ -137,7 +144,11 @@ func (n *memNode) engine(crash func(fault.Point)) *Engine {
 // engineWith is engine with store as the engine's manifest directory.
 func (n *memNode) engineWith(store Manifests, crash func(fault.Point)) *Engine {
 	n.t.Helper()
-	e, err := New(Config{Journal: n.j, Store: store, Scanner: n.k, Snapshots: filepath.Join(n.root, "state", "snapshots"),
+	var procs Processes = n.k
+	if n.procs != nil {
+		procs = n.procs
+	}
+	e, err := New(Config{Journal: n.j, Store: store, Scanner: procs, Snapshots: filepath.Join(n.root, "state", "snapshots"),
 		Deadlines: memDeadlines, Etcd: n.etcd, Log: quiet, Events: func(ev Event) {
 			n.events = append(n.events, fmt.Sprintf("%s %s %s: %s", ev.Phase, ev.Step, ev.Component, ev.Message))
 			if n.onEvent != nil {
@@ -386,13 +397,19 @@ func (n *memNode) converged(want Outcome) []string {
 		}
 	}
 	bad = append(bad, n.etcd.faults...)
+	// A newer etcd ran on the data when the transaction journaled its
+	// replacement: then a rollback must restore the data.
+	etcdReplaced := false
+	if recs, err := n.j.Records(last.ID); err == nil {
+		for _, r := range recs {
+			etcdReplaced = etcdReplaced || r.Step == journal.StepReplaced && r.Component == nodestate.Etcd
+		}
+	}
 	switch {
 	case want == Committed && n.etcd.restores > 0 && last.Kind == journal.KindUpgrade:
 		badf("etcd's data was restored %d times by a transaction that committed", n.etcd.restores)
-	case want == RolledBack && etcdWritten && len(last.EtcdBackup) > 0 && n.etcd.restores == 0 && !n.etcdNeverReplaced:
-		// Every rolling-back scenario here fails after etcd's step, so
-		// etcd in the plan means etcd's manifest was rewritten.
-		badf("the rollback of an upgrade that rewrote etcd never restored its data")
+	case want == RolledBack && etcdReplaced && len(last.EtcdBackup) > 0 && n.etcd.restores == 0:
+		badf("the rollback of an upgrade that saw a newer etcd replace the old one never restored etcd's data")
 	case n.etcdNeverReplaced && n.etcd.restores > 0:
 		badf("etcd's data was restored %d times, although no newer etcd ever ran on it", n.etcd.restores)
 	}

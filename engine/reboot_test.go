@@ -103,19 +103,9 @@ func rebootScenarios(st *nodestate.NodeState) []rebootScenario {
 
 // knownRebootDefects are cases (scenario/point) that do not converge
 // because of a known engine defect, skipped with its description.
-// STRATUM_REBOOT_DEFECTS=1 runs them (and so fails). They are the
-// power-loss after-restore cases of knownDefects in memmatrix_test.go, with
-// the real binary.
-var knownRebootDefects = map[string]string{
-	"rollback/after-restore":                 rebootAfterRestoreDefect,
-	"rollback-last-rolls-back/after-restore": rebootAfterRestoreDefect,
-}
-
-const rebootAfterRestoreDefect = "rebooted after the rollback's restore wrote the stamped manifests, before its `restored` " +
-	"record: resume journals fresh marks in the new boot (rollbackMarks keeps no old-boot mark when the stamp is already on " +
-	"disk), the restore's rewrite is a no-op, and the first restarted component's WaitReplaced times out on the process " +
-	"kubelet started at boot, before that mark: exit 4, rollback-failed, although every manifest is the snapshot's " +
-	"(engine/rollback.go; see restoreRebootDefect in memmatrix_test.go)"
+// STRATUM_REBOOT_DEFECTS=1 runs them (and so fails). None is known today
+// (the after-restore cases were issue 12's defect 1).
+var knownRebootDefects = map[string]string{}
 
 // runBoot runs the binary to its end in the boot bootID (as run does in
 // the kernel's) and returns its exit code and output; want >= 0 asserts
