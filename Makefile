@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint fuzz demo bench torture e2e-kubelet clean
+.PHONY: help build test lint fuzz crash demo bench torture e2e-kubelet clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -48,6 +48,15 @@ fuzz: ## run each fuzz target for FUZZTIME (10s): journal open, node state, rele
 		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 200x "$${t%%:*}"; \
 	done
+
+# The fault matrices of docs/reliability.md, each in full (make test runs
+# them too, but samples the power cuts at every I/O), summed up by
+# matrixsum: one line per matrix; the test output goes to bin/crash.log.
+CRASH_TESTS := TestCrashMatrix|TestRebootMatrix|TestMemMatrix|TestPowerLossMatrix|TestPowerCutAtEveryIO|TestIOErrorMatrix
+crash: ## every fault matrix in full (kill, reboot, power loss, power cut at every I/O, I/O errors), one summary line each (about 15 minutes; root, /dev/fuse)
+	@mkdir -p $(BIN)
+	STRATUM_CUT_SAMPLE=all $(GO) test -count=1 -timeout 60m -parallel 4 -json -run '^($(CRASH_TESTS))$$' ./engine \
+		| $(GO) run ./internal/harness/cmd/matrixsum 2>$(BIN)/crash.log
 
 torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more)
 	STRATUM_TORTURE=$${STRATUM_TORTURE:-50} $(GO) test -count=1 -timeout 0 -run TestCrashRandom -v ./engine | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|seed'

@@ -2,7 +2,7 @@
 // line per fault matrix: how many of its cases (leaf subtests) passed, for
 // example
 //
-//	kill 43/43 reboot 43/43 power-loss 186/186 io-errors 27/27 converged
+//	kill 43/43 reboot 73/73 ... io-errors 27/27 converged
 //
 // It exits 1 when a case failed or a matrix ran no case, so `make crash`
 // fails with it. The test output itself goes to stderr, as it arrives.
@@ -23,6 +23,7 @@ var matrices = []struct{ test, name string }{
 	{"TestRebootMatrix", "reboot"},
 	{"TestMemMatrix", "kill+reboot(model)"},
 	{"TestPowerLossMatrix", "power-loss"},
+	{"TestPowerCutAtEveryIO", "power-cut-io"},
 	{"TestIOErrorMatrix", "io-errors"},
 }
 

@@ -19,11 +19,12 @@ func TestRunCountsLeavesPerMatrix(t *testing.T) {
 		`{"Action":"skip","Test":"TestMemMatrix/default/upgrade/crash/q"}`,
 		`{"Action":"pass","Test":"TestPowerLossMatrix/y"}`,
 		`{"Action":"output","Test":"TestPowerLossMatrix/y","Output":"hello\n"}`,
+		`{"Action":"pass","Test":"TestPowerCutAtEveryIO/upgrade/after-3"}`,
 		`{"Action":"pass","Test":"TestIOErrorMatrix"}`,
 	}, "\n")
 	var out bytes.Buffer
 	code := run(strings.NewReader(in), &out, io.Discard)
-	want := "kill 1/2 reboot 1/1 kill+reboot(model) 1/1 (+1 skipped) power-loss 1/1 io-errors 1/1 NOT converged\n"
+	want := "kill 1/2 reboot 1/1 kill+reboot(model) 1/1 (+1 skipped) power-loss 1/1 power-cut-io 1/1 io-errors 1/1 NOT converged\n"
 	if out.String() != want || code != 1 {
 		t.Fatalf("got %q exit %d, want %q exit 1", out.String(), code, want)
 	}
