@@ -182,6 +182,7 @@ func (f *server) mountLocked() error {
 		return err
 	}
 	root := &fs.LoopbackRoot{Path: f.backing, Dev: st.Dev}
+	//lint:ignore SA1019 NodeWrapChilder wraps only children; the loopback root's NewNode makes every node ours in one place.
 	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
 		return &node{LoopbackNode: fs.LoopbackNode{RootData: r}, lfs: f}
 	}
