@@ -158,10 +158,12 @@ func (e *Engine) Rollback(ctx context.Context, reason string) (Result, error) {
 	if txn == nil {
 		return Result{Outcome: Nothing}, errors.New("no open transaction to roll back; use --last to roll back the last committed upgrade")
 	}
-	if err := e.trustOpen(txn); err != nil {
-		return Result{Txn: txn.ID}, err
-	}
 	if txn.Phase != journal.PhaseRollingBack {
+		// Checked before the journal write below: an untrusted
+		// transaction is refused with nothing changed.
+		if _, err := e.trustOpen(txn); err != nil {
+			return Result{Txn: txn.ID}, err
+		}
 		if err := e.j.Update(txn.ID, func(t *journal.Txn) error {
 			t.Phase, t.Reason = journal.PhaseRollingBack, reason
 			return nil
@@ -201,7 +203,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	if last.Kind == journal.KindRollbackLast {
 		return Result{}, fmt.Errorf("rollback --last: the last committed transaction %s is itself a rollback; run an upgrade with a release instead", last.ID)
 	}
-	if err := e.trustOpen(last); err != nil {
+	if _, err := e.trustOpen(last); err != nil {
 		return Result{}, fmt.Errorf("rollback --last: %w", err)
 	}
 	cur, err := e.j.NodeState()

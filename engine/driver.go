@@ -31,8 +31,11 @@ type run struct {
 // load reads what driving txn needs from the journal, after trustOpen has
 // checked every path and id of it the engine acts on: an untrusted
 // transaction is refused (UntrustedJournalError) before anything is done.
+// A transaction a schema-1 binary left, going forwards, gets its targets
+// pinned (pinTargets).
 func (e *Engine) load(txn *journal.Txn) (*run, error) {
-	if err := e.trustOpen(txn); err != nil {
+	recs, err := e.trustOpen(txn)
+	if err != nil {
 		return nil, err
 	}
 	from, err := nodestate.Parse(txn.From)
@@ -42,10 +45,6 @@ func (e *Engine) load(txn *journal.Txn) (*run, error) {
 	to, err := nodestate.Parse(txn.To)
 	if err != nil {
 		return nil, fmt.Errorf("transaction %s: node state after: %w", txn.ID, err)
-	}
-	recs, err := e.j.Records(txn.ID)
-	if err != nil {
-		return nil, err
 	}
 	r := &run{txn: txn, from: from, to: to, recs: recs, started: time.Now()}
 	if len(txn.Targets) == 0 && txn.Phase.Open() && txn.Phase != journal.PhaseRollingBack {
@@ -153,11 +152,5 @@ func (r *run) findIn(step journal.Step, component string, phases ...journal.Phas
 
 // find returns the last record of phase p, step and component, if any.
 func (r *run) find(p journal.Phase, step journal.Step, component string) (journal.Record, bool) {
-	for i := len(r.recs) - 1; i >= 0; i-- {
-		rec := r.recs[i]
-		if rec.Phase == p && rec.Step == step && rec.Component == component {
-			return rec, true
-		}
-	}
-	return journal.Record{}, false
+	return r.findIn(step, component, p)
 }

@@ -29,7 +29,7 @@ func (e *Engine) pruneChecked() error {
 		return fmt.Errorf("snapshot retention: %w", err)
 	}
 	if open != nil {
-		if err := e.trustOpen(open); err != nil {
+		if _, err := e.trustOpen(open); err != nil {
 			return fmt.Errorf("snapshot retention: open transaction: %w", err)
 		}
 		protect[open.ID] = true
@@ -43,7 +43,7 @@ func (e *Engine) pruneChecked() error {
 	for i := range hist {
 		t := &hist[i]
 		if t.Phase == journal.PhaseCommitted && t.Kind == journal.KindUpgrade {
-			if err := e.trustOpen(t); err != nil {
+			if _, err := e.trustOpen(t); err != nil {
 				return fmt.Errorf("snapshot retention: last committed upgrade: %w", err)
 			}
 			protect[t.ID] = true

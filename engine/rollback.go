@@ -207,8 +207,9 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 		if _, held := r.snap.Manifest(comp); !held {
 			continue
 		}
-		stamp := e.store.Stamp()
-		if rec, ok := r.find(journal.PhaseRollingBack, journal.StepMark, comp); ok {
+		rec, ok := r.find(journal.PhaseRollingBack, journal.StepMark, comp)
+		stamp := rec.Stamp
+		if ok {
 			on, err := e.targetOnDisk(r, journal.PhaseRollingBack, comp, rec.Stamp)
 			if err != nil {
 				return last, fmt.Errorf("%s: %w", comp, err)
@@ -217,8 +218,9 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 				last = *rec.ProcMark
 				continue
 			}
-			stamp = rec.Stamp
 			e.settle(ctx, r.to, comp)
+		} else {
+			stamp = e.store.Stamp()
 		}
 		m, err := e.procs.Mark()
 		if err != nil {

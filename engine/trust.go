@@ -210,14 +210,17 @@ func (e *Engine) trustSource(t *journal.Txn) error {
 }
 
 // trustOpen is trustTxn for a transaction read from the journal: with its
-// records.
-func (e *Engine) trustOpen(t *journal.Txn) error {
+// records, which it returns once trusted.
+func (e *Engine) trustOpen(t *journal.Txn) ([]journal.Record, error) {
 	if !validTxnID(t.ID) {
-		return &UntrustedJournalError{Txn: t.ID, Field: "id", Value: t.ID}
+		return nil, &UntrustedJournalError{Txn: t.ID, Field: "id", Value: t.ID}
 	}
 	recs, err := e.j.Records(t.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return e.trustTxn(t, recs)
+	if err := e.trustTxn(t, recs); err != nil {
+		return nil, err
+	}
+	return recs, nil
 }
