@@ -1,0 +1,194 @@
+package manifest
+
+import (
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// kubeVIPCommand is kube-vip's argv[0]. The upstream image is FROM scratch
+// and keeps the binary at /kube-vip with no PATH, so the command must be the
+// absolute path; proc's argv[0]-basename rule still finds "kube-vip".
+const kubeVIPCommand = "/kube-vip"
+
+// hostMount is a hostPath volume mounted at the same path it has on the
+// host. Keeping mountPath == hostPath means every path in argv is valid on
+// the host as well as in the container.
+type hostMount struct {
+	name     string
+	path     string
+	typ      corev1.HostPathType
+	readOnly bool
+}
+
+func setMounts(pod *corev1.Pod, c *corev1.Container, mounts []hostMount) {
+	sort.Slice(mounts, func(i, j int) bool { return mounts[i].name < mounts[j].name })
+	for _, m := range mounts {
+		typ := m.typ
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{
+			Name:         m.name,
+			VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: m.path, Type: &typ}},
+		})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: m.name, MountPath: m.path, ReadOnly: m.readOnly})
+	}
+}
+
+// caMounts are the host's CA bundles, read-only, as kubeadm mounts them;
+// /etc/pki is where RHEL-family hosts keep theirs.
+func caMounts() []hostMount {
+	return []hostMount{
+		{"ca-certs", "/etc/ssl/certs", corev1.HostPathDirectoryOrCreate, true},
+		{"etc-ca-certificates", "/etc/ca-certificates", corev1.HostPathDirectoryOrCreate, true},
+		{"etc-pki", "/etc/pki", corev1.HostPathDirectoryOrCreate, true},
+		{"usr-local-share-ca-certificates", "/usr/local/share/ca-certificates", corev1.HostPathDirectoryOrCreate, true},
+		{"usr-share-ca-certificates", "/usr/share/ca-certificates", corev1.HostPathDirectoryOrCreate, true},
+	}
+}
+
+// basePod is the pod every component shares: kubeadm's ComponentPod, with
+// the restart policy, DNS policy and grace period written out rather than
+// left to API defaulting.
+func basePod(name string, c corev1.Container) *corev1.Pod {
+	grace := int64(terminationGracePeriodSecond)
+	c.Name = name
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: metav1.NamespaceSystem,
+			Labels:    map[string]string{"component": name, "tier": "control-plane"},
+		},
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{c},
+			HostNetwork:                   true,
+			PriorityClassName:             "system-node-critical",
+			RestartPolicy:                 corev1.RestartPolicyAlways,
+			DNSPolicy:                     corev1.DNSClusterFirst,
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext: &corev1.PodSecurityContext{
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+		},
+	}
+}
+
+func requests(cpu, memory string) corev1.ResourceRequirements {
+	r := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+	if memory != "" {
+		r[corev1.ResourceMemory] = resource.MustParse(memory)
+	}
+	return corev1.ResourceRequirements{Requests: r}
+}
+
+// controlPlanePod is the pod of a component with flags and probes.
+func controlPlanePod(st *nodestate.NodeState, name string, a args, res corev1.ResourceRequirements, mounts []hostMount) *corev1.Pod {
+	ep, _ := probeFor(st, name, a)
+	c := corev1.Container{
+		Image:     st.Images[name],
+		Command:   command(name, a),
+		Resources: res,
+	}
+	setProbes(&c, ep)
+	pod := basePod(name, c)
+	setMounts(pod, &pod.Spec.Containers[0], mounts)
+	return pod
+}
+
+func etcdPod(st *nodestate.NodeState) *corev1.Pod {
+	pod := controlPlanePod(st, nodestate.Etcd, componentArgs(st, nodestate.Etcd), requests("100m", "100Mi"), []hostMount{
+		{"etcd-data", st.Etcd.DataDir, corev1.HostPathDirectoryOrCreate, false},
+		{"etcd-certs", pki(st, "etcd"), corev1.HostPathDirectoryOrCreate, false},
+	})
+	pod.Annotations = map[string]string{EtcdAdvertiseClientURLsAnnotation: etcdClientURL(st)}
+	return pod
+}
+
+func apiServerPod(st *nodestate.NodeState, prof Profile) *corev1.Pod {
+	mounts := append(caMounts(), hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true})
+	annotations := map[string]string{
+		APIServerAdvertiseAddressAnnotation: hostPort(st.AdvertiseAddress, st.Ports.APIServer),
+	}
+	if st.Profile.Name == nodestate.ProfileCIS {
+		mounts = append(mounts,
+			hostMount{"audit-policy", st.Profile.AuditPolicyFile, corev1.HostPathFile, true},
+			hostMount{"audit-log", st.Profile.AuditLogDir, corev1.HostPathDirectoryOrCreate, false},
+			hostMount{"stratum-config", st.ConfigDir, corev1.HostPathDirectoryOrCreate, true},
+		)
+		annotations[AuditPolicyAnnotation] = prof.auditPolicyHash()
+		annotations[AdmissionConfigAnnotation] = prof.admissionHash()
+	}
+	pod := controlPlanePod(st, nodestate.KubeAPIServer, componentArgs(st, nodestate.KubeAPIServer), requests("250m", ""), mounts)
+	pod.Annotations = annotations
+	return pod
+}
+
+func controllerManagerPod(st *nodestate.NodeState) *corev1.Pod {
+	mounts := append(caMounts(),
+		hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true},
+		hostMount{"kubeconfig", filepath.Join(st.KubeconfigDir, "controller-manager.conf"), corev1.HostPathFileOrCreate, true},
+		hostMount{"flexvolume-dir", "/usr/libexec/kubernetes/kubelet-plugins/volume/exec", corev1.HostPathDirectoryOrCreate, false},
+	)
+	return controlPlanePod(st, nodestate.ControllerManager, componentArgs(st, nodestate.ControllerManager), requests("200m", ""), mounts)
+}
+
+func schedulerPod(st *nodestate.NodeState) *corev1.Pod {
+	return controlPlanePod(st, nodestate.Scheduler, componentArgs(st, nodestate.Scheduler), requests("100m", ""), []hostMount{
+		{"kubeconfig", filepath.Join(st.KubeconfigDir, "scheduler.conf"), corev1.HostPathFileOrCreate, true},
+	})
+}
+
+// kubeVIPPod is kube-vip's control-plane static pod in ARP mode with
+// leader election, as `kube-vip manifest pod --arp --controlplane
+// --leaderElection` renders it, minus the metrics server, so it has no
+// listener. It reads <KubeconfigDir>/admin.conf, named explicitly.
+func kubeVIPPod(st *nodestate.NodeState) *corev1.Pod {
+	cidr := "32"
+	if ip := net.ParseIP(st.VIP.Address); ip != nil && ip.To4() == nil {
+		cidr = "128"
+	}
+	kubeconfig := filepath.Join(st.KubeconfigDir, "admin.conf")
+	// An empty prometheus_server env does not turn the metrics server off
+	// (kube-vip applies the variable only when it is non-empty, over the
+	// flag's ":2112" default); the empty flag does.
+	cmdArgs := []string{"manager", "--k8sConfigPath=" + kubeconfig, "--prometheusHTTPServer="}
+	env := []corev1.EnvVar{
+		{Name: "vip_arp", Value: "true"},
+		{Name: "port", Value: strconv.Itoa(st.Ports.APIServer)},
+		{Name: "vip_nodename", Value: st.NodeName},
+		{Name: "vip_interface", Value: st.VIP.Interface},
+		{Name: "vip_cidr", Value: cidr},
+		{Name: "dns_mode", Value: "first"},
+		{Name: "cp_enable", Value: "true"},
+		{Name: "cp_namespace", Value: metav1.NamespaceSystem},
+		{Name: "vip_leaderelection", Value: "true"},
+		{Name: "vip_leasename", Value: "plndr-cp-lock"},
+		{Name: "vip_leaseduration", Value: "5"},
+		{Name: "vip_renewdeadline", Value: "3"},
+		{Name: "vip_retryperiod", Value: "1"},
+		{Name: "address", Value: st.VIP.Address},
+		{Name: "prometheus_server", Value: ""},
+	}
+	c := corev1.Container{
+		Image:   st.Images[nodestate.KubeVIP],
+		Command: []string{kubeVIPCommand},
+		Args:    cmdArgs,
+		Env:     env,
+		SecurityContext: &corev1.SecurityContext{
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}},
+		},
+	}
+	pod := basePod(nodestate.KubeVIP, c)
+	pod.Spec.HostAliases = []corev1.HostAlias{{IP: "127.0.0.1", Hostnames: []string{"kubernetes"}}}
+	setMounts(pod, &pod.Spec.Containers[0], []hostMount{
+		{"kubeconfig", kubeconfig, corev1.HostPathFile, true},
+	})
+	return pod
+}

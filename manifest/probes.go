@@ -1,0 +1,110 @@
+package manifest
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// kubeadm's probe timings (cmd/kubeadm/app/util/staticpod): liveness waits
+// one period and allows 8 failures, readiness polls every second, startup
+// allows the control-plane health check timeout (4m) in 10s periods.
+const (
+	probeTimeoutSeconds          = 15
+	livenessInitialDelaySeconds  = 10
+	livenessPeriodSeconds        = 10
+	livenessFailureThreshold     = 8
+	readinessPeriodSeconds       = 1
+	readinessFailureThreshold    = 3
+	startupPeriodSeconds         = 10
+	startupFailureThreshold      = 24
+	terminationGracePeriodSecond = 30
+)
+
+// probeEndpoint is where a component's probes go.
+type probeEndpoint struct {
+	scheme              corev1.URIScheme
+	host                string
+	port                int
+	liveness, readiness string // paths; readiness "" means no readiness probe
+	startup             string
+}
+
+func (e probeEndpoint) url(p string) string {
+	return strings.ToLower(string(e.scheme)) + "://" + hostPort(e.host, e.port) + p
+}
+
+// probeHost is the address a probe of a listener bound to bind reaches: the
+// bind address itself, or loopback for an unspecified (all-addresses) one.
+func probeHost(st *nodestate.NodeState, bind string) string {
+	if ip := net.ParseIP(bind); ip != nil && !ip.IsUnspecified() {
+		return bind
+	}
+	return loopback(st)
+}
+
+// probeFor derives a component's probe endpoint from its final flags, so an
+// extra arg that moves a listener moves its probes and its Target with it.
+func probeFor(st *nodestate.NodeState, name string, a args) (probeEndpoint, bool) {
+	port := func(def int) int {
+		if p, err := strconv.Atoi(a["secure-port"]); err == nil {
+			return p
+		}
+		return def
+	}
+	switch name {
+	case nodestate.Etcd:
+		e := probeEndpoint{scheme: corev1.URISchemeHTTP, host: loopback(st), port: st.Ports.EtcdMetrics,
+			liveness: "/health?exclude=NOSPACE&serializable=true", startup: "/health?serializable=false"}
+		first, _, _ := strings.Cut(a["listen-metrics-urls"], ",")
+		if u, err := url.Parse(first); err == nil && u.Port() != "" {
+			if p, err := strconv.Atoi(u.Port()); err == nil {
+				e.port = p
+				e.host = probeHost(st, u.Hostname())
+				if u.Scheme == "https" {
+					e.scheme = corev1.URISchemeHTTPS
+				}
+			}
+		}
+		return e, true
+	case nodestate.KubeAPIServer:
+		return probeEndpoint{scheme: corev1.URISchemeHTTPS, host: probeHost(st, a["bind-address"]), port: port(st.Ports.APIServer),
+			liveness: "/livez", readiness: "/readyz", startup: "/livez"}, true
+	case nodestate.ControllerManager:
+		return probeEndpoint{scheme: corev1.URISchemeHTTPS, host: probeHost(st, a["bind-address"]), port: port(st.Ports.ControllerManager),
+			liveness: "/healthz", startup: "/healthz"}, true
+	case nodestate.Scheduler:
+		return probeEndpoint{scheme: corev1.URISchemeHTTPS, host: probeHost(st, a["bind-address"]), port: port(st.Ports.Scheduler),
+			liveness: "/healthz", startup: "/healthz"}, true
+	}
+	return probeEndpoint{}, false
+}
+
+func httpProbe(e probeEndpoint, p string, initialDelay, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Host:   e.host,
+			Path:   p,
+			Port:   intstr.FromInt32(int32(e.port)),
+			Scheme: e.scheme,
+		}},
+		InitialDelaySeconds: initialDelay,
+		TimeoutSeconds:      probeTimeoutSeconds,
+		PeriodSeconds:       period,
+		FailureThreshold:    failures,
+	}
+}
+
+func setProbes(c *corev1.Container, e probeEndpoint) {
+	c.LivenessProbe = httpProbe(e, e.liveness, livenessInitialDelaySeconds, livenessPeriodSeconds, livenessFailureThreshold)
+	if e.readiness != "" {
+		c.ReadinessProbe = httpProbe(e, e.readiness, 0, readinessPeriodSeconds, readinessFailureThreshold)
+	}
+	c.StartupProbe = httpProbe(e, e.startup, startupPeriodSeconds, startupPeriodSeconds, startupFailureThreshold)
+}
