@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,7 +71,14 @@ func (c *crashNode) args(extra ...string) []string {
 // >= 0 asserts it.
 func (c *crashNode) run(want int, faultAt string, args ...string) int {
 	c.t.Helper()
-	cmd := runbin.Command(runbin.Stratum(c.t), faultAt, c.args(args...)...)
+	code, _ := c.exec(want, runbin.Command(runbin.Stratum(c.t), faultAt, c.args(args...)...), fmt.Sprintf("fault %q", faultAt), args)
+	return code
+}
+
+// exec runs cmd (stratum-upgrade args, described by how) to its end and
+// returns its exit code and output; want >= 0 asserts the code.
+func (c *crashNode) exec(want int, cmd *exec.Cmd, how string, args []string) (int, string) {
+	c.t.Helper()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	code, err := runbin.ExitCode(cmd.Run())
@@ -78,10 +86,10 @@ func (c *crashNode) run(want int, faultAt string, args ...string) int {
 		c.t.Fatalf("%v: %v\n%s", args, err, out.String())
 	}
 	if want >= 0 && code != want {
-		c.t.Fatalf("stratum-upgrade %s (fault %q) exited %d, want %d:\n%s", strings.Join(args, " "), faultAt, code, want, out.String())
+		c.t.Fatalf("stratum-upgrade %s (%s) exited %d, want %d:\n%s", strings.Join(args, " "), how, code, want, out.String())
 	}
-	c.t.Logf("stratum-upgrade %s (fault %q): exit %d\n%s", args[0], faultAt, code, runbin.LastLines(out.String(), 6))
-	return code
+	c.t.Logf("stratum-upgrade %s (%s): exit %d\n%s", strings.Join(args, " "), how, code, runbin.LastLines(out.String(), 6))
+	return code, out.String()
 }
 
 // converged resumes and checks the end state.

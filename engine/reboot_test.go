@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,18 +111,7 @@ var knownRebootDefects = map[string]string{}
 // the code.
 func (c *crashNode) runBoot(want int, bootID string, args ...string) (int, string) {
 	c.t.Helper()
-	cmd := runbin.WithBootID(runbin.Command(runbin.Stratum(c.t), "", c.args(args...)...), bootID)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	code, err := runbin.ExitCode(cmd.Run())
-	if err != nil {
-		c.t.Fatalf("%v: %v\n%s", args, err, out.String())
-	}
-	if want >= 0 && code != want {
-		c.t.Fatalf("stratum-upgrade %s (boot %s) exited %d, want %d:\n%s", strings.Join(args, " "), bootID, code, want, out.String())
-	}
-	c.t.Logf("stratum-upgrade %s (boot %s): exit %d\n%s", strings.Join(args, " "), bootID, code, runbin.LastLines(out.String(), 6))
-	return code, out.String()
+	return c.exec(want, runbin.WithBootID(runbin.Command(runbin.Stratum(c.t), "", c.args(args...)...), bootID), "boot "+bootID, args)
 }
 
 // rebootAndPrepare reboots the node and runs `resume --prepare` in the new
