@@ -45,12 +45,9 @@ func (r *Root) EtcdPath(id string) string { return filepath.Join(r.dir, id+etcdS
 // List returns the ids of the snapshots present, oldest first (ids sort by
 // time). Staging directories and other entries are not listed.
 func (r *Root) List() ([]string, error) {
-	entries, err := os.ReadDir(r.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	entries, err := r.entries()
 	if err != nil {
-		return nil, fmt.Errorf("snapshot root %s: %w", r.dir, err)
+		return nil, err
 	}
 	var ids []string
 	for _, e := range entries {
@@ -107,12 +104,9 @@ func (r *Root) CleanStaging(id string) error {
 // (unless id is in protect, or a snapshot still stands at "<id>") and then
 // the trash directory itself, fsyncing the root after each.
 func (r *Root) finishPrunes(protect map[string]bool) error {
-	entries, err := os.ReadDir(r.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	entries, err := r.entries()
 	if err != nil {
-		return fmt.Errorf("snapshot root %s: %w", r.dir, err)
+		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
@@ -230,12 +224,9 @@ func (r *Root) hook(step, id string) error {
 // taken before its etcd backup, so such a backup belongs to a pruned
 // snapshot).
 func (r *Root) removeOrphanBackups(protect map[string]bool) error {
-	entries, err := os.ReadDir(r.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+	entries, err := r.entries()
 	if err != nil {
-		return fmt.Errorf("snapshot root %s: %w", r.dir, err)
+		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
@@ -248,4 +239,16 @@ func (r *Root) removeOrphanBackups(protect map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// entries lists the snapshots root: none when it does not exist yet.
+func (r *Root) entries() ([]os.DirEntry, error) {
+	entries, err := os.ReadDir(r.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot root %s: %w", r.dir, err)
+	}
+	return entries, nil
 }
