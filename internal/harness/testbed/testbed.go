@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,7 +204,7 @@ func (n *Node) WaitActive(ctx context.Context, timeout time.Duration) error {
 			return err
 		}
 		if err := n.Scanner.WaitActive(ctx, t, time.Until(deadline)); err != nil {
-			return fmt.Errorf("testbed: %w (kubelet log %s)", err, n.KubeletLog)
+			return fmt.Errorf("testbed: %w (kubelet log %s)%s", err, n.KubeletLog, n.containerLogTail(name))
 		}
 	}
 	return nil
@@ -238,4 +239,29 @@ func EtcdClientTLS(pkiDir string) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// containerLogTail is the last lines of the newest container log of
+// component name under the stand-in's logs/, for an error that would
+// otherwise only say the component never answered (why it exited is in
+// its own output). It is empty when there is no log.
+func (n *Node) containerLogTail(name string) string {
+	logs, _ := filepath.Glob(filepath.Join(n.KubeletDir, "logs", "kube-system_"+name+"-*", "*.log"))
+	var newest string
+	var newestMod time.Time
+	for _, l := range logs {
+		if fi, err := os.Stat(l); err == nil && fi.ModTime().After(newestMod) {
+			newest, newestMod = l, fi.ModTime()
+		}
+	}
+	if newest == "" {
+		return ""
+	}
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(len(lines)-15, 0):]
+	return "\n" + newest + " ends:\n  " + strings.Join(lines, "\n  ")
 }
