@@ -30,6 +30,9 @@ type Release struct {
 	Kind              string            `json:"kind"`
 	KubernetesVersion string            `json:"kubernetesVersion"`
 	Images            map[string]string `json:"images"`
+	// Versions gives the version of an image the release names whose tag
+	// is not a version (pinned by digest), as nodestate.NodeState.Versions.
+	Versions map[string]string `json:"versions,omitempty"`
 }
 
 // ParseRelease strictly decodes and validates a release document. An unknown
@@ -60,6 +63,11 @@ func ParseRelease(b []byte) (*Release, error) {
 			problems = append(problems, fmt.Sprintf("images.%s: empty image reference", n))
 		}
 	}
+	for _, n := range slices.Sorted(maps.Keys(r.Versions)) {
+		if _, ok := r.Images[n]; !ok {
+			problems = append(problems, fmt.Sprintf("versions.%s: the release names no image of %s", n, n))
+		}
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("release: %s", strings.Join(problems, "; "))
 	}
@@ -85,8 +93,17 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	to.KubernetesVersion = r.KubernetesVersion
 	roster := manifest.NamesFor(st)
 	for n, img := range r.Images {
-		if slices.Contains(roster, n) {
-			to.Images[n] = img
+		if !slices.Contains(roster, n) {
+			continue
+		}
+		to.Images[n] = img
+		// The node's explicit version was that of the old image.
+		delete(to.Versions, n)
+		if v, ok := r.Versions[n]; ok {
+			if to.Versions == nil {
+				to.Versions = map[string]string{}
+			}
+			to.Versions[n] = v
 		}
 	}
 	if err := to.Validate(); err != nil {

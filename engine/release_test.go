@@ -262,3 +262,46 @@ func TestEtcdMinor(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseVersions pins the release's versions field: it goes with an
+// image the release names, replaces the node's explicit version of the old
+// image, and a digest-pinned etcd without one is refused.
+func TestReleaseVersions(t *testing.T) {
+	st, err := nodestate.Load(filepath.Join("..", "testdata", "states", "default-vip.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := "registry.k8s.io/etcd@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	head := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\n"
+	r, err := ParseRelease([]byte(head + "images: {etcd: \"" + digest + "\"}\nversions: {etcd: \"3.6.16\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, err := r.Apply(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := to.ComponentVersion(nodestate.Etcd); err != nil || v.String() != "3.6.16" {
+		t.Errorf("etcd version after the release = %v, %v; want 3.6.16", v, err)
+	}
+	r, err = ParseRelease([]byte(head + "images: {etcd: \"" + digest + "\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Apply(st); err == nil || !strings.Contains(err.Error(), "versions.etcd: required") {
+		t.Errorf("a digest-pinned etcd with no version: %v, want versions.etcd: required", err)
+	}
+	r, err = ParseRelease([]byte(head + "images: {etcd: registry.k8s.io/etcd:3.6.16-0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if to, err = r.Apply(st); err != nil {
+		t.Fatalf("a tagged etcd replacing a digest-pinned one keeps no stale version: %v", err)
+	}
+	if _, ok := to.Versions[nodestate.Etcd]; ok {
+		t.Errorf("versions.etcd %q survived the image it described", to.Versions[nodestate.Etcd])
+	}
+	if _, err := ParseRelease([]byte(head + "images: {etcd: registry.k8s.io/etcd:3.6.16-0}\nversions: {kube-apiserver: v1.34.5}\n")); err == nil || !strings.Contains(err.Error(), "versions.kube-apiserver: the release names no image") {
+		t.Errorf("a version without its image: %v", err)
+	}
+}

@@ -64,6 +64,11 @@ type NodeState struct {
 	// Images holds the image reference of every component in the roster;
 	// a digest-pinned reference (name@sha256:...) is allowed.
 	Images map[string]string `json:"images"`
+	// Versions gives a component's version where its image tag does not
+	// (an image pinned by digest alone, or a tag that is no version):
+	// "3.6.16" for etcd, "v1.36.3" for the Kubernetes components. With a
+	// version tag too, the two must agree. See ComponentVersion.
+	Versions map[string]string `json:"versions,omitempty"`
 
 	Etcd EtcdMember `json:"etcd"`
 	// VIP is optional: with it the node also runs kube-vip.
@@ -308,6 +313,7 @@ func (st *NodeState) Validate() error {
 			}
 		}
 	}
+	st.validateVersions(roster, bad)
 	if !dnsLabel.MatchString(st.Etcd.MemberName) {
 		bad("etcd.memberName", "must be a lowercase DNS name, got %q", st.Etcd.MemberName)
 	}
