@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/version"
+
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // cisTLSCipherSuites is the CIS benchmark's strong cipher list (1.2.x).
@@ -42,12 +45,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// componentArgs is the final flag set of a component, extra args applied.
-func componentArgs(st *nodestate.NodeState, name string) args {
+// componentArgs is the final flag set of a component at version v (see
+// versions.Of), extra args applied.
+func componentArgs(st *nodestate.NodeState, name string, v *version.Version) args {
 	var a args
 	switch name {
 	case nodestate.Etcd:
-		a = etcdArgs(st)
+		a = etcdArgs(st, v)
 	case nodestate.KubeAPIServer:
 		a = apiServerArgs(st)
 	case nodestate.ControllerManager:
@@ -82,13 +86,13 @@ func etcdPeerURL(st *nodestate.NodeState) string {
 	return "https://" + hostPort(st.AdvertiseAddress, st.Ports.EtcdPeer)
 }
 
-func etcdArgs(st *nodestate.NodeState) args {
+func etcdArgs(st *nodestate.NodeState, v *version.Version) args {
 	lo := loopback(st)
 	listenClient := "https://" + hostPort(lo, st.Ports.EtcdClient)
 	if st.AdvertiseAddress != lo {
 		listenClient += "," + etcdClientURL(st)
 	}
-	return args{
+	a := args{
 		"name":                        st.Etcd.MemberName,
 		"advertise-client-urls":       etcdClientURL(st),
 		"listen-client-urls":          listenClient,
@@ -107,11 +111,12 @@ func etcdArgs(st *nodestate.NodeState) args {
 		"peer-client-cert-auth":       "true",
 		"snapshot-count":              "10000",
 		"listen-metrics-urls":         "http://" + hostPort(lo, st.Ports.EtcdMetrics),
-		// etcd 3.5 names; 3.6 still accepts them (kubeadm switches to
-		// --feature-gates=InitialCorruptCheck=true for 3.6 images).
-		"experimental-initial-corrupt-check":          "true",
-		"experimental-watch-progress-notify-interval": "5s",
 	}
+	// The flags whose names depend on etcd's minor (3.7 refuses 3.5's).
+	for k, val := range versions.Etcd(v).Flags {
+		a[k] = val
+	}
+	return a
 }
 
 func apiServerArgs(st *nodestate.NodeState) args {
@@ -200,4 +205,14 @@ func schedulerArgs(st *nodestate.NodeState) args {
 		a["profiling"] = "false"
 	}
 	return a
+}
+
+// checkArgs refuses a final flag set that component's binary at v would
+// refuse to start with (versions.CheckArgs): a flag it does not know, or
+// one etcd refuses beside another.
+func checkArgs(st *nodestate.NodeState, name string, v *version.Version) error {
+	if v == nil {
+		return nil
+	}
+	return versions.CheckArgs(name, v, componentArgs(st, name, v))
 }

@@ -9,8 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // kubeVIPCommand is kube-vip's argv[0]. The upstream image is FROM scratch
@@ -89,8 +91,9 @@ func requests(cpu, memory string) corev1.ResourceRequirements {
 }
 
 // controlPlanePod is the pod of a component with flags and probes.
-func controlPlanePod(st *nodestate.NodeState, name string, a args, res corev1.ResourceRequirements, mounts []hostMount) *corev1.Pod {
-	ep, _ := probeFor(st, name, a)
+func controlPlanePod(st *nodestate.NodeState, name string, v *version.Version, res corev1.ResourceRequirements, mounts []hostMount) *corev1.Pod {
+	a := componentArgs(st, name, v)
+	ep, _ := probeFor(st, name, a, v)
 	c := corev1.Container{
 		Image:     st.Images[name],
 		Command:   command(name, a),
@@ -102,8 +105,8 @@ func controlPlanePod(st *nodestate.NodeState, name string, a args, res corev1.Re
 	return pod
 }
 
-func etcdPod(st *nodestate.NodeState) *corev1.Pod {
-	pod := controlPlanePod(st, nodestate.Etcd, componentArgs(st, nodestate.Etcd), requests("100m", "100Mi"), []hostMount{
+func etcdPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
+	pod := controlPlanePod(st, nodestate.Etcd, v, requests("100m", "100Mi"), []hostMount{
 		{"etcd-data", st.Etcd.DataDir, corev1.HostPathDirectoryOrCreate, false},
 		{"etcd-certs", pki(st, "etcd"), corev1.HostPathDirectoryOrCreate, false},
 	})
@@ -111,7 +114,7 @@ func etcdPod(st *nodestate.NodeState) *corev1.Pod {
 	return pod
 }
 
-func apiServerPod(st *nodestate.NodeState, prof Profile) *corev1.Pod {
+func apiServerPod(st *nodestate.NodeState, prof Profile, v *version.Version) *corev1.Pod {
 	mounts := append(caMounts(), hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true})
 	annotations := map[string]string{
 		APIServerAdvertiseAddressAnnotation: hostPort(st.AdvertiseAddress, st.Ports.APIServer),
@@ -125,22 +128,24 @@ func apiServerPod(st *nodestate.NodeState, prof Profile) *corev1.Pod {
 		annotations[AuditPolicyAnnotation] = prof.auditPolicyHash()
 		annotations[AdmissionConfigAnnotation] = prof.admissionHash()
 	}
-	pod := controlPlanePod(st, nodestate.KubeAPIServer, componentArgs(st, nodestate.KubeAPIServer), requests("250m", ""), mounts)
+	pod := controlPlanePod(st, nodestate.KubeAPIServer, v, requests("250m", ""), mounts)
 	pod.Annotations = annotations
 	return pod
 }
 
-func controllerManagerPod(st *nodestate.NodeState) *corev1.Pod {
+func controllerManagerPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
 	mounts := append(caMounts(),
 		hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true},
 		hostMount{"kubeconfig", filepath.Join(st.KubeconfigDir, "controller-manager.conf"), corev1.HostPathFileOrCreate, true},
-		hostMount{"flexvolume-dir", "/usr/libexec/kubernetes/kubelet-plugins/volume/exec", corev1.HostPathDirectoryOrCreate, false},
 	)
-	return controlPlanePod(st, nodestate.ControllerManager, componentArgs(st, nodestate.ControllerManager), requests("200m", ""), mounts)
+	if versions.Kube(v).FlexVolumeDir {
+		mounts = append(mounts, hostMount{"flexvolume-dir", "/usr/libexec/kubernetes/kubelet-plugins/volume/exec", corev1.HostPathDirectoryOrCreate, false})
+	}
+	return controlPlanePod(st, nodestate.ControllerManager, v, requests("200m", ""), mounts)
 }
 
-func schedulerPod(st *nodestate.NodeState) *corev1.Pod {
-	return controlPlanePod(st, nodestate.Scheduler, componentArgs(st, nodestate.Scheduler), requests("100m", ""), []hostMount{
+func schedulerPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
+	return controlPlanePod(st, nodestate.Scheduler, v, requests("100m", ""), []hostMount{
 		{"kubeconfig", filepath.Join(st.KubeconfigDir, "scheduler.conf"), corev1.HostPathFileOrCreate, true},
 	})
 }

@@ -9,7 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"k8s.io/apimachinery/pkg/util/version"
+
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // kubeadm's probe timings (cmd/kubeadm/app/util/staticpod): liveness waits
@@ -51,7 +54,7 @@ func probeHost(st *nodestate.NodeState, bind string) string {
 
 // probeFor derives a component's probe endpoint from its final flags, so an
 // extra arg that moves a listener moves its probes and its Target with it.
-func probeFor(st *nodestate.NodeState, name string, a args) (probeEndpoint, bool) {
+func probeFor(st *nodestate.NodeState, name string, a args, v *version.Version) (probeEndpoint, bool) {
 	port := func(def int) int {
 		if p, err := strconv.Atoi(a["secure-port"]); err == nil {
 			return p
@@ -60,8 +63,9 @@ func probeFor(st *nodestate.NodeState, name string, a args) (probeEndpoint, bool
 	}
 	switch name {
 	case nodestate.Etcd:
+		form := versions.Etcd(v)
 		e := probeEndpoint{scheme: corev1.URISchemeHTTP, host: loopback(st), port: st.Ports.EtcdMetrics,
-			liveness: "/health?exclude=NOSPACE&serializable=true", startup: "/health?serializable=false"}
+			liveness: form.Liveness, readiness: form.Readiness, startup: form.Startup}
 		first, _, _ := strings.Cut(a["listen-metrics-urls"], ",")
 		if u, err := url.Parse(first); err == nil && u.Port() != "" {
 			if p, err := strconv.Atoi(u.Port()); err == nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // RestartedAtAnnotation is bumped by Restart; kubelet recreates a static pod
@@ -96,16 +97,23 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 			return nil, fmt.Errorf("render %s: profile.admissionConfigFile %s: %w", name, st.Profile.AdmissionConfigFile, err)
 		}
 	}
+	v, err := versions.Of(st, name)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	if err := checkArgs(st, name, v); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
 	var pod *corev1.Pod
 	switch name {
 	case nodestate.Etcd:
-		pod = etcdPod(st)
+		pod = etcdPod(st, v)
 	case nodestate.KubeAPIServer:
-		pod = apiServerPod(st, prof)
+		pod = apiServerPod(st, prof, v)
 	case nodestate.ControllerManager:
-		pod = controllerManagerPod(st)
+		pod = controllerManagerPod(st, v)
 	case nodestate.Scheduler:
-		pod = schedulerPod(st)
+		pod = schedulerPod(st, v)
 	case nodestate.KubeVIP:
 		pod = kubeVIPPod(st)
 	}
@@ -171,8 +179,12 @@ func Target(st *nodestate.NodeState, name string) (proc.Target, error) {
 	if err := checkRoster(st, name); err != nil {
 		return proc.Target{}, fmt.Errorf("target %s: %w", name, err)
 	}
+	v, err := versions.Of(st, name)
+	if err != nil {
+		return proc.Target{}, fmt.Errorf("target %s: %w", name, err)
+	}
 	t := proc.Target{Name: name, Binary: binaryName(name)}
-	if ep, ok := probeFor(st, name, componentArgs(st, name)); ok {
+	if ep, ok := probeFor(st, name, componentArgs(st, name, v), v); ok {
 		t.Health = ep.url(ep.startup)
 	}
 	return t, nil

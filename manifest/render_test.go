@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -16,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite manifest/testdata/golden from t
 const repoTestdata = "../testdata"
 
 // states are the node states under testdata/states, rendered into goldens.
-var states = []string{"default", "default-vip", "cis"}
+var states = []string{"default", "default-vip", "cis", "current"}
 
 // loadState loads testdata/states/<name>.yaml through nodestate.Load.
 func loadState(t *testing.T, name string) *nodestate.NodeState {
@@ -110,6 +111,39 @@ func TestGolden(t *testing.T) {
 				if !want[e.Name()] {
 					t.Errorf("stale golden %s/%s: the state does not render it", state, e.Name())
 				}
+			}
+		})
+	}
+}
+
+// TestRenderRefusesWhatTheVersionRefuses pins the version checks of
+// Render: an unsupported version and a flag set the binary at that version
+// would exit on are errors naming the component, the flag and the version.
+func TestRenderRefusesWhatTheVersionRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		edit      func(st *nodestate.NodeState)
+		component string
+		want      string
+	}{
+		{"etcd too old", func(st *nodestate.NodeState) { st.Images[nodestate.Etcd] = "registry.k8s.io/etcd:3.4.30-0" },
+			nodestate.Etcd, "render etcd: etcd 3.4.30 is not supported: stratum-upgrade renders etcd 3.5, 3.6, 3.7"},
+		{"apiserver too new", func(st *nodestate.NodeState) {
+			st.Images[nodestate.KubeAPIServer] = "registry.k8s.io/kube-apiserver:v1.38.0"
+		}, nodestate.KubeAPIServer, "kube-apiserver 1.38.0 is not supported"},
+		{"etcd both forms", func(st *nodestate.NodeState) {
+			st.ExtraArgs = map[string]map[string]string{nodestate.Etcd: {"experimental-watch-progress-notify-interval": "10s"}}
+		}, nodestate.Etcd, "render etcd: --experimental-watch-progress-notify-interval: etcd 3.7.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := loadState(t, "current")
+			tc.edit(st)
+			_, err := Render(st, Profile{}, tc.component, "")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Render = %v, want an error containing %q", err, tc.want)
+			}
+			if _, err := Target(st, tc.component); tc.name != "etcd both forms" && err == nil {
+				t.Errorf("Target of an unsupported version succeeded")
 			}
 		})
 	}
