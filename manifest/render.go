@@ -92,7 +92,7 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 		if err := prof.requireCIS(); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}
-		if _, err := parseAdmission(prof.AdmissionConfig); err != nil {
+		if _, err := renderAdmission(prof); err != nil {
 			return nil, fmt.Errorf("render %s: profile.admissionConfigFile %s: %w", name, st.Profile.AdmissionConfigFile, err)
 		}
 	}
