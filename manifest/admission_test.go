@@ -661,3 +661,32 @@ func TestAdmissionPathHash(t *testing.T) {
 		})
 	}
 }
+
+// TestAdmissionHashFollowsMergedFile checks that the admission hash moves
+// when the merged file does though no input file changed: the built-ins
+// are part of it, and a binary that changes them must restart the
+// apiserver onto them (its derived file is written only with its
+// manifest).
+func TestAdmissionHashFollowsMergedFile(t *testing.T) {
+	st := loadState(t, "cis")
+	prof := testProfile(t, st)
+	before := renderPod(t, st, prof, nodestate.KubeAPIServer, "").Annotations[AdmissionConfigAnnotation]
+	saved := cisAdmissionPlugins
+	t.Cleanup(func() { cisAdmissionPlugins = saved })
+	cisAdmissionPlugins = slices.Clone(saved)
+	for i, p := range cisAdmissionPlugins {
+		if p.Name == "EventRateLimit" {
+			cisAdmissionPlugins[i].Configuration = bytes.Replace(bytes.Clone(p.Configuration), []byte(`"qps": 50`), []byte(`"qps": 60`), 1)
+		}
+	}
+	files, err := DerivedFiles(st, prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(files[0].Data, []byte("qps: 60")) {
+		t.Fatalf("built-in not changed:\n%s", files[0].Data)
+	}
+	if after := renderPod(t, st, prof, nodestate.KubeAPIServer, "").Annotations[AdmissionConfigAnnotation]; after == before {
+		t.Error("the merged file changed, the admission annotation did not")
+	}
+}

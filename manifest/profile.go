@@ -126,11 +126,19 @@ func (p Profile) auditPolicyHash() string {
 }
 
 // admissionHash is AdmissionConfigAnnotation's value: the sha256 of the
-// profile's AdmissionConfiguration file as read, followed by each file its
-// plugins name with path: (by path, each framed by its path and length),
-// whose contents the merged file inlines. Without path: plugins it is the
-// sha256 of the admission file alone, as it always was.
+// profile's AdmissionConfiguration file as read, each file its plugins name
+// with path: (by path, each framed by its path and length), and the merged
+// file DerivedFiles renders from them and the built-ins (framed by its
+// length). So it moves with any byte of an input file, and with the merged
+// file when only the built-ins change: the derived file is written only
+// with the apiserver's manifest, so a change the hash missed would never
+// reach the apiserver. Render checks renderAdmission before it renders the
+// apiserver, so the "" of an unrenderable Profile is never an annotation.
 func (p Profile) admissionHash() string {
+	merged, err := renderAdmission(p)
+	if err != nil {
+		return ""
+	}
 	h := sha256.New()
 	h.Write(p.AdmissionConfig)
 	for _, path := range slices.Sorted(maps.Keys(p.AdmissionPaths)) {
@@ -138,6 +146,8 @@ func (p Profile) admissionHash() string {
 		fmt.Fprintf(h, "\x00path %q %d\x00", path, len(b))
 		h.Write(b)
 	}
+	fmt.Fprintf(h, "\x00merged %d\x00", len(merged))
+	h.Write(merged)
 	return hex.EncodeToString(h.Sum(nil))
 }
 
