@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -95,6 +96,102 @@ func parseAdmission(b []byte) (*admissionConfiguration, error) {
 	return &ac, nil
 }
 
+// resolveAdmissionPath is the file the apiserver reads for a plugin's
+// path: p in the AdmissionConfiguration at admissionFile: p itself when
+// absolute, else p joined to admissionFile's directory
+// (k8s.io/apiserver/pkg/admission/config.go, ReadAdmissionConfiguration).
+func resolveAdmissionPath(admissionFile, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(filepath.Dir(admissionFile), p)
+}
+
+// readAdmissionPaths reads the file of every plugin of ac, the
+// AdmissionConfiguration at admissionFile, that is configured by path:,
+// keyed by the path as written. A file is read as LoadProfile reads the
+// profile's own files (durable.ReadRegular: a symlink at its last element,
+// a directory or a device is refused) and must hold a plugin configuration
+// (pluginConfiguration). Every error names the plugin and the file.
+func readAdmissionPaths(admissionFile string, ac *admissionConfiguration) (map[string][]byte, error) {
+	var out map[string][]byte
+	for i, p := range ac.Plugins {
+		if p.Path == "" {
+			continue
+		}
+		file := resolveAdmissionPath(admissionFile, p.Path)
+		b, _, err := durable.ReadRegular(file)
+		if err != nil {
+			return nil, fmt.Errorf("plugins[%d] (%s): path %q: %w", i, p.Name, p.Path, err)
+		}
+		if _, err := pluginConfiguration(b); err != nil {
+			return nil, fmt.Errorf("plugins[%d] (%s): path %q (%s): %w", i, p.Name, p.Path, file, err)
+		}
+		if out == nil {
+			out = map[string][]byte{}
+		}
+		out[p.Path] = b
+	}
+	return out, nil
+}
+
+// pluginConfiguration is the contents of a plugin's path: file as the JSON
+// of an inline configuration. The apiserver hands such a file to the plugin,
+// which decodes it, YAML or JSON, as a typed object (an EventRateLimit
+// Configuration, a PodSecurityConfiguration, ...): so it must be one YAML or
+// JSON object, without duplicate keys, with an apiVersion and a kind.
+func pluginConfiguration(b []byte) (json.RawMessage, error) {
+	j, err := yaml.YAMLToJSONStrict(b)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	j = bytes.TrimSpace(j)
+	if len(j) == 0 || string(j) == "null" {
+		return nil, errEmpty
+	}
+	if j[0] != '{' {
+		return nil, fmt.Errorf("not an object: a plugin configuration is a typed object with an apiVersion and a kind")
+	}
+	var tm struct {
+		APIVersion any `json:"apiVersion"`
+		Kind       any `json:"kind"`
+	}
+	if err := json.Unmarshal(j, &tm); err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	if s, ok := tm.APIVersion.(string); !ok || s == "" {
+		return nil, fmt.Errorf("needs an apiVersion and kind: the plugin decodes it as a typed object")
+	}
+	if s, ok := tm.Kind.(string); !ok || s == "" {
+		return nil, fmt.Errorf("needs an apiVersion and kind: the plugin decodes it as a typed object")
+	}
+	return json.RawMessage(j), nil
+}
+
+// inlineAdmissionPaths replaces every path: plugin of file by one whose
+// configuration is the contents of that path in paths. The merged file
+// lives in configDir, not beside the admission file, so a relative path
+// left in it would name another file; inline, the contents are part of the
+// merged file and of its hash. A path paths lacks is an error: the Profile
+// was not read by LoadProfile.
+func inlineAdmissionPaths(file *admissionConfiguration, paths map[string][]byte) error {
+	for i, p := range file.Plugins {
+		if p.Path == "" {
+			continue
+		}
+		b, ok := paths[p.Path]
+		if !ok {
+			return fmt.Errorf("plugins[%d] (%s): the contents of path %q were not read; read them with LoadProfile", i, p.Name, p.Path)
+		}
+		cfg, err := pluginConfiguration(b)
+		if err != nil {
+			return fmt.Errorf("plugins[%d] (%s): path %q: %w", i, p.Name, p.Path, err)
+		}
+		file.Plugins[i] = admissionPlugin{Name: p.Name, Configuration: cfg}
+	}
+	return nil
+}
+
 // mergeAdmission is the cis built-ins with file's plugins over them: a file
 // plugin replaces the built-in of the same name and is added otherwise. The
 // result is sorted by plugin name.
@@ -114,11 +211,15 @@ func mergeAdmission(file *admissionConfiguration) []admissionPlugin {
 	return out
 }
 
-// renderAdmission is the merged admission configuration's bytes. yaml
-// encoding sorts every map key, so equal inputs give equal bytes.
-func renderAdmission(admissionFile []byte) ([]byte, error) {
-	file, err := parseAdmission(admissionFile)
+// renderAdmission is the merged admission configuration's bytes, every
+// path: plugin inlined from prof.AdmissionPaths. yaml encoding sorts every
+// map key, so equal inputs give equal bytes.
+func renderAdmission(prof Profile) ([]byte, error) {
+	file, err := parseAdmission(prof.AdmissionConfig)
 	if err != nil {
+		return nil, err
+	}
+	if err := inlineAdmissionPaths(file, prof.AdmissionPaths); err != nil {
 		return nil, err
 	}
 	out := admissionConfiguration{APIVersion: admissionAPIVersion, Kind: admissionKind, Plugins: mergeAdmission(file)}
@@ -149,7 +250,11 @@ type DerivedFile struct {
 // AdmissionConfiguration holding the profile's built-in PodSecurity and
 // EventRateLimit configuration, with the plugins of the profile's admission
 // file replacing a built-in of the same name and added otherwise, sorted by
-// plugin name. A malformed admission file is an error naming the file.
+// plugin name. A plugin the admission file configures by path: is inlined:
+// its configuration is the contents of that file as LoadProfile read it
+// (Profile.AdmissionPaths), so the merged file names no other file. A
+// malformed admission file, or a path: whose contents prof lacks, is an
+// error naming the file.
 func DerivedFiles(st *nodestate.NodeState, prof Profile) ([]DerivedFile, error) {
 	if st.Profile.Name != nodestate.ProfileCIS {
 		return nil, nil
@@ -157,7 +262,7 @@ func DerivedFiles(st *nodestate.NodeState, prof Profile) ([]DerivedFile, error) 
 	if err := prof.requireCIS(); err != nil {
 		return nil, fmt.Errorf("derived files: %w", err)
 	}
-	b, err := renderAdmission(prof.AdmissionConfig)
+	b, err := renderAdmission(prof)
 	if err != nil {
 		return nil, fmt.Errorf("derived files: profile.admissionConfigFile %s: %w", st.Profile.AdmissionConfigFile, err)
 	}

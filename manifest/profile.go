@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"sigs.k8s.io/yaml"
 
@@ -21,14 +23,21 @@ import (
 // AuditPolicy is the audit policy file the apiserver's --audit-policy-file
 // names, and AdmissionConfig is the AdmissionConfiguration file that
 // DerivedFiles merges over the profile's built-in plugin configuration.
+//
+// AdmissionPaths holds the contents of the files the admission file's
+// plugins name with path:, keyed by the path as written there: LoadProfile
+// reads each one, a relative path joined to the admission file's directory
+// as the apiserver would, and DerivedFiles inlines them.
 type Profile struct {
 	AuditPolicy     []byte
 	AdmissionConfig []byte
+	AdmissionPaths  map[string][]byte
 }
 
-// LoadProfile reads the files st.Profile names. It does not follow a
-// symlink at a file's last element (durable.ReadRegular). A default profile
-// yields an empty Profile without touching the disk.
+// LoadProfile reads the files st.Profile names, and the files the admission
+// file's plugins name with path:. It does not follow a symlink at a file's
+// last element (durable.ReadRegular). A default profile yields an empty
+// Profile without touching the disk.
 //
 // Both cis files are checked before they are returned: the audit policy
 // must be an audit.k8s.io/v1 Policy and the admission file a well-formed
@@ -54,7 +63,11 @@ func LoadProfile(st *nodestate.NodeState) (Profile, error) {
 	if p.AdmissionConfig, err = readProfileFile("profile.admissionConfigFile", st.Profile.AdmissionConfigFile); err != nil {
 		return Profile{}, err
 	}
-	if _, err := parseAdmission(p.AdmissionConfig); err != nil {
+	ac, err := parseAdmission(p.AdmissionConfig)
+	if err != nil {
+		return Profile{}, fmt.Errorf("profile.admissionConfigFile %s: %w", st.Profile.AdmissionConfigFile, err)
+	}
+	if p.AdmissionPaths, err = readAdmissionPaths(st.Profile.AdmissionConfigFile, ac); err != nil {
 		return Profile{}, fmt.Errorf("profile.admissionConfigFile %s: %w", st.Profile.AdmissionConfigFile, err)
 	}
 	return p, nil
@@ -113,10 +126,29 @@ func (p Profile) auditPolicyHash() string {
 }
 
 // admissionHash is AdmissionConfigAnnotation's value: the sha256 of the
-// profile's AdmissionConfiguration file as read.
+// profile's AdmissionConfiguration file as read, each file its plugins name
+// with path: (by path, each framed by its path and length), and the merged
+// file DerivedFiles renders from them and the built-ins (framed by its
+// length). So it moves with any byte of an input file, and with the merged
+// file when only the built-ins change: the derived file is written only
+// with the apiserver's manifest, so a change the hash missed would never
+// reach the apiserver. Render checks renderAdmission before it renders the
+// apiserver, so the "" of an unrenderable Profile is never an annotation.
 func (p Profile) admissionHash() string {
-	s := sha256.Sum256(p.AdmissionConfig)
-	return hex.EncodeToString(s[:])
+	merged, err := renderAdmission(p)
+	if err != nil {
+		return ""
+	}
+	h := sha256.New()
+	h.Write(p.AdmissionConfig)
+	for _, path := range slices.Sorted(maps.Keys(p.AdmissionPaths)) {
+		b := p.AdmissionPaths[path]
+		fmt.Fprintf(h, "\x00path %q %d\x00", path, len(b))
+		h.Write(b)
+	}
+	fmt.Fprintf(h, "\x00merged %d\x00", len(merged))
+	h.Write(merged)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 var errEmpty = errors.New("empty file")

@@ -34,12 +34,13 @@ const RestartedAtAnnotation = "stratum.ciq.com/restarted-at"
 // would otherwise leave the running apiserver on the old one.
 const AuditPolicyAnnotation = "stratum.ciq.com/audit-policy-sha256"
 
-// AdmissionConfigAnnotation carries the sha256 of the node profile's
-// AdmissionConfiguration file on the kube-apiserver pod. The apiserver reads
-// the admission configuration merged from it only when it starts, and its
-// manifest names that file without its contents, so a changed admission
-// body would otherwise leave the running apiserver on the old policy. It is
-// an annotation of its own so AuditPolicyAnnotation keeps the value it had.
+// AdmissionConfigAnnotation carries, on the kube-apiserver pod, a sha256 of
+// the node profile's AdmissionConfiguration file, the files its plugins name
+// with path:, and the merged configuration DerivedFiles renders from them.
+// The apiserver reads the merged file only when it starts, and its manifest
+// names that file without its contents, so a changed admission body would
+// otherwise leave the running apiserver on the old policy. It is an
+// annotation of its own so AuditPolicyAnnotation keeps the value it had.
 const AdmissionConfigAnnotation = "stratum.ciq.com/admission-config-sha256"
 
 // The annotations kubeadm puts on its etcd and kube-apiserver pods; tools
@@ -93,7 +94,7 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 		if err := prof.requireCIS(); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}
-		if _, err := parseAdmission(prof.AdmissionConfig); err != nil {
+		if _, err := renderAdmission(prof); err != nil {
 			return nil, fmt.Errorf("render %s: profile.admissionConfigFile %s: %w", name, st.Profile.AdmissionConfigFile, err)
 		}
 	}
