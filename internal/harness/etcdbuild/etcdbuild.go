@@ -23,7 +23,7 @@ import (
 
 // Build is one buildable etcd.
 type Build struct {
-	// Minor is the etcd minor version, "3.5" or "3.6".
+	// Minor is the etcd minor version: "3.5", "3.6" or "3.7".
 	Minor string
 	// ModuleVersion is the go.etcd.io/etcd/server/v3 version in the tool
 	// module's go.mod.
@@ -36,10 +36,21 @@ type Build struct {
 }
 
 // Builds is every etcd the test bed can run, oldest first. An upgrade test
-// goes from Builds[0] to Builds[1].
+// goes from Builds[0] to Builds[1]. 3.5.35 is the newest 3.5 the module
+// proxy serves; an upgrade to 3.6 needs at least 3.5.26.
 var Builds = []Build{
-	{Minor: "3.5", ModuleVersion: "v3.5.21", Image: "registry.k8s.io/etcd:3.5.21-0", ToolDir: "internal/harness/tools/etcd35"},
-	{Minor: "3.6", ModuleVersion: "v3.6.5", Image: "registry.k8s.io/etcd:3.6.5-0", ToolDir: "internal/harness/tools/etcd36"},
+	{Minor: "3.5", ModuleVersion: "v3.5.35", Image: "registry.k8s.io/etcd:3.5.35-0", ToolDir: "internal/harness/tools/etcd35"},
+	{Minor: "3.6", ModuleVersion: "v3.6.16", Image: "registry.k8s.io/etcd:3.6.16-0", ToolDir: "internal/harness/tools/etcd36"},
+	{Minor: "3.7", ModuleVersion: "v3.7.3", Image: "registry.k8s.io/etcd:3.7.3-0", ToolDir: "internal/harness/tools/etcd37"},
+}
+
+// LegacyImages maps the image references of builds this package made
+// before (3.5.21, 3.6.5) to the minor whose build now runs them, so that
+// the test data still naming them keeps working. Temporary: remove it once
+// the test data names the images of Builds.
+var LegacyImages = map[string]string{
+	"registry.k8s.io/etcd:3.5.21-0": "3.5",
+	"registry.k8s.io/etcd:3.6.5-0":  "3.6",
 }
 
 // BuildTimeout bounds one go build of etcd (about a minute with a warm
@@ -47,8 +58,12 @@ var Builds = []Build{
 const BuildTimeout = 15 * time.Minute
 
 // Lookup finds the Build for version, which may be a minor ("3.5"), a
-// module version ("v3.5.21", "3.5.21") or an image reference.
+// module version ("v3.5.35", "3.5.35") or an image reference (of Builds or
+// LegacyImages).
 func Lookup(version string) (Build, error) {
+	if minor, ok := LegacyImages[version]; ok {
+		version = minor
+	}
 	v := strings.TrimPrefix(version, "v")
 	for _, b := range Builds {
 		if v == b.Minor || v == strings.TrimPrefix(b.ModuleVersion, "v") || version == b.Image {
