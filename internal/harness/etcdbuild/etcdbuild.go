@@ -14,8 +14,6 @@ import (
 
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -77,6 +75,27 @@ func Lookup(version string) (Build, error) {
 	return Build{}, fmt.Errorf("etcd %q: no such build (known: %s)", version, strings.Join(known, "; "))
 }
 
+// Tool is the build of b's etcd: <cache>/etcd-<module version>/etcd.
+func (b Build) Tool() (build.Tool, error) {
+	cache, err := build.CacheDir()
+	if err != nil {
+		return build.Tool{}, err
+	}
+	root, err := build.RepoRoot()
+	if err != nil {
+		return build.Tool{}, err
+	}
+	return build.Tool{
+		Name:      "etcd " + b.ModuleVersion,
+		Dir:       filepath.Join(cache, "etcd-"+b.ModuleVersion),
+		ModuleDir: filepath.Join(root, b.ToolDir),
+		Packages:  []string{"."},
+		Binaries:  []string{"etcd"},
+		Version:   "etcd Version: " + strings.TrimPrefix(b.ModuleVersion, "v"),
+		Timeout:   BuildTimeout,
+	}, nil
+}
+
 // Binary returns the path of the etcd binary for version (see Lookup),
 // building it first if the cache does not hold it. The returned file is
 // complete and executable. On error nothing is left at the returned path.
@@ -85,50 +104,12 @@ func Binary(version string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cache, err := build.CacheDir()
+	t, err := b.Tool()
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(cache, "etcd-"+b.ModuleVersion)
-	bin := filepath.Join(dir, "etcd")
-	if ok, err := build.Executable(bin); err != nil || ok {
-		return bin, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("etcd build cache: %w", err)
-	}
-	unlock, err := build.Lock(filepath.Join(dir, "build.lock"), BuildTimeout)
-	if err != nil {
+	if _, err := t.Build(context.Background()); err != nil {
 		return "", err
 	}
-	defer unlock()
-	if ok, err := build.Executable(bin); err != nil || ok { // built while we waited
-		return bin, err
-	}
-	root, err := build.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".etcd-%d.tmp", os.Getpid()))
-	defer os.Remove(tmp)
-	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, ".")
-	cmd.Dir = filepath.Join(root, b.ToolDir)
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build etcd %s in %s (timeout %s): %w\n%s", b.ModuleVersion, cmd.Dir, BuildTimeout, err, out)
-	}
-	ver, err := exec.Command(tmp, "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("built etcd %s does not run: %w", b.ModuleVersion, err)
-	}
-	if want := "etcd Version: " + strings.TrimPrefix(b.ModuleVersion, "v"); !strings.Contains(string(ver), want) {
-		return "", fmt.Errorf("built etcd reports %q, want %q", strings.TrimSpace(string(ver)), want)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", fmt.Errorf("etcd build cache: %w", err)
-	}
-	return bin, nil
+	return t.Paths()["etcd"], nil
 }
