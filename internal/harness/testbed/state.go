@@ -78,6 +78,15 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 	st.Ports = nodestate.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], EtcdMetrics: ports[2], APIServer: ports[3], ControllerManager: ports[4], Scheduler: ports[5]}
 	st.Etcd.InitialCluster = st.Etcd.MemberName + "=https://" + net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.EtcdPeer))
 	st.Etcd.InitialClusterState = "new"
+	if opts.Real {
+		if st.ExtraArgs == nil {
+			st.ExtraArgs = map[string]map[string]string{}
+		}
+		if st.ExtraArgs[nodestate.KubeAPIServer] == nil {
+			st.ExtraArgs[nodestate.KubeAPIServer] = map[string]string{}
+		}
+		st.ExtraArgs[nodestate.KubeAPIServer]["endpoint-reconciler-type"] = "none"
+	}
 	if opts.Mutate != nil {
 		opts.Mutate(st)
 	}
