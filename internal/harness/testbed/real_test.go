@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,17 @@ func TestRealControlPlane(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Logf("lease kube-system/%s held by %s", lease, holder)
+			}
+			// What the binaries said of the rendered flags: a deprecated
+			// flag is accepted today and rejected by a later version.
+			logs, _ := filepath.Glob(filepath.Join(n.KubeletDir, "logs", "*", "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "deprecated") || strings.Contains(line, "Flag --") {
+						t.Logf("%s: %s", filepath.Base(filepath.Dir(l)), line)
+					}
+				}
 			}
 		})
 	}
