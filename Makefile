@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint fuzz crash demo bench torture e2e-kubelet clean
+.PHONY: help build test lint fuzz crash demo bench torture e2e-kubelet real-binaries flag-tables clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -69,6 +69,12 @@ bench: ## performance benchmarks: one table, also written into docs/performance.
 # the standard library and the shared modules compile once, not twice.
 demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back
 	CGO_ENABLED=0 GOFLAGS="$$($(GO) env GOFLAGS) -trimpath" $(GO) run ./internal/harness/cmd/demo -version $(VERSION)
+
+real-binaries: ## build every real etcd and Kubernetes control plane (kube-apiserver, -controller-manager, -scheduler) into the cache, timing each (about 11 minutes per Kubernetes version from a cold build cache)
+	$(GO) run ./internal/harness/cmd/buildbins
+
+flag-tables: ## regenerate versions/flags/<component>-<minor>.txt from the cached binaries' --help (make real-binaries first)
+	$(GO) run ./internal/harness/cmd/flagtable -out versions/flags
 
 e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
 	./scripts/e2e-kubelet.sh

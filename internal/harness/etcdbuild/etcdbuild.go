@@ -14,8 +14,6 @@ import (
 
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -23,7 +21,7 @@ import (
 
 // Build is one buildable etcd.
 type Build struct {
-	// Minor is the etcd minor version, "3.5" or "3.6".
+	// Minor is the etcd minor version: "3.5", "3.6" or "3.7".
 	Minor string
 	// ModuleVersion is the go.etcd.io/etcd/server/v3 version in the tool
 	// module's go.mod.
@@ -36,10 +34,21 @@ type Build struct {
 }
 
 // Builds is every etcd the test bed can run, oldest first. An upgrade test
-// goes from Builds[0] to Builds[1].
+// goes from Builds[0] to Builds[1]. 3.5.35 is the newest 3.5 the module
+// proxy serves; an upgrade to 3.6 needs at least 3.5.26.
 var Builds = []Build{
-	{Minor: "3.5", ModuleVersion: "v3.5.21", Image: "registry.k8s.io/etcd:3.5.21-0", ToolDir: "internal/harness/tools/etcd35"},
-	{Minor: "3.6", ModuleVersion: "v3.6.5", Image: "registry.k8s.io/etcd:3.6.5-0", ToolDir: "internal/harness/tools/etcd36"},
+	{Minor: "3.5", ModuleVersion: "v3.5.35", Image: "registry.k8s.io/etcd:3.5.35-0", ToolDir: "internal/harness/tools/etcd35"},
+	{Minor: "3.6", ModuleVersion: "v3.6.16", Image: "registry.k8s.io/etcd:3.6.16-0", ToolDir: "internal/harness/tools/etcd36"},
+	{Minor: "3.7", ModuleVersion: "v3.7.3", Image: "registry.k8s.io/etcd:3.7.3-0", ToolDir: "internal/harness/tools/etcd37"},
+}
+
+// LegacyImages maps the image references of builds this package made
+// before (3.5.21, 3.6.5) to the minor whose build now runs them, so that
+// the test data still naming them keeps working. Temporary: remove it once
+// the test data names the images of Builds.
+var LegacyImages = map[string]string{
+	"registry.k8s.io/etcd:3.5.21-0": "3.5",
+	"registry.k8s.io/etcd:3.6.5-0":  "3.6",
 }
 
 // BuildTimeout bounds one go build of etcd (about a minute with a warm
@@ -47,8 +56,12 @@ var Builds = []Build{
 const BuildTimeout = 15 * time.Minute
 
 // Lookup finds the Build for version, which may be a minor ("3.5"), a
-// module version ("v3.5.21", "3.5.21") or an image reference.
+// module version ("v3.5.35", "3.5.35") or an image reference (of Builds or
+// LegacyImages).
 func Lookup(version string) (Build, error) {
+	if minor, ok := LegacyImages[version]; ok {
+		version = minor
+	}
 	v := strings.TrimPrefix(version, "v")
 	for _, b := range Builds {
 		if v == b.Minor || v == strings.TrimPrefix(b.ModuleVersion, "v") || version == b.Image {
@@ -62,6 +75,27 @@ func Lookup(version string) (Build, error) {
 	return Build{}, fmt.Errorf("etcd %q: no such build (known: %s)", version, strings.Join(known, "; "))
 }
 
+// Tool is the build of b's etcd: <cache>/etcd-<module version>/etcd.
+func (b Build) Tool() (build.Tool, error) {
+	cache, err := build.CacheDir()
+	if err != nil {
+		return build.Tool{}, err
+	}
+	root, err := build.RepoRoot()
+	if err != nil {
+		return build.Tool{}, err
+	}
+	return build.Tool{
+		Name:      "etcd " + b.ModuleVersion,
+		Dir:       filepath.Join(cache, "etcd-"+b.ModuleVersion),
+		ModuleDir: filepath.Join(root, b.ToolDir),
+		Packages:  []string{"."},
+		Binaries:  []string{"etcd"},
+		Version:   "etcd Version: " + strings.TrimPrefix(b.ModuleVersion, "v"),
+		Timeout:   BuildTimeout,
+	}, nil
+}
+
 // Binary returns the path of the etcd binary for version (see Lookup),
 // building it first if the cache does not hold it. The returned file is
 // complete and executable. On error nothing is left at the returned path.
@@ -70,50 +104,12 @@ func Binary(version string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cache, err := build.CacheDir()
+	t, err := b.Tool()
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(cache, "etcd-"+b.ModuleVersion)
-	bin := filepath.Join(dir, "etcd")
-	if ok, err := build.Executable(bin); err != nil || ok {
-		return bin, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("etcd build cache: %w", err)
-	}
-	unlock, err := build.Lock(filepath.Join(dir, "build.lock"), BuildTimeout)
-	if err != nil {
+	if _, err := t.Build(context.Background()); err != nil {
 		return "", err
 	}
-	defer unlock()
-	if ok, err := build.Executable(bin); err != nil || ok { // built while we waited
-		return bin, err
-	}
-	root, err := build.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".etcd-%d.tmp", os.Getpid()))
-	defer os.Remove(tmp)
-	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, ".")
-	cmd.Dir = filepath.Join(root, b.ToolDir)
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build etcd %s in %s (timeout %s): %w\n%s", b.ModuleVersion, cmd.Dir, BuildTimeout, err, out)
-	}
-	ver, err := exec.Command(tmp, "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("built etcd %s does not run: %w", b.ModuleVersion, err)
-	}
-	if want := "etcd Version: " + strings.TrimPrefix(b.ModuleVersion, "v"); !strings.Contains(string(ver), want) {
-		return "", fmt.Errorf("built etcd reports %q, want %q", strings.TrimSpace(string(ver)), want)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", fmt.Errorf("etcd build cache: %w", err)
-	}
-	return bin, nil
+	return t.Paths()["etcd"], nil
 }

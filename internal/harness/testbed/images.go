@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -42,7 +43,9 @@ func ModeImage(component, tag string, mode standin.Mode) string {
 	return ref
 }
 
-// writeImageMap maps every etcd build, every stand-in image in every mode,
+// writeImageMap maps every etcd build (and etcdbuild.LegacyImages), every
+// stand-in image in every mode, the real control plane of every
+// kubebuild.Versions version built (registry.k8s.io/kube-apiserver:v1.36.3),
 // and the state's own images (an etcd image the map lacks runs etcd 3.5).
 func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 	m := kubeletsim.ImageMap{}
@@ -63,6 +66,13 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 			etcd35 = path
 		}
 		m[b.Image] = kubeletsim.Image{Binary: path, Env: marker(nil)}
+	}
+	for ref, minor := range etcdbuild.LegacyImages { // temporary, see there
+		path, err := etcdbuild.Binary(minor)
+		if err != nil {
+			return fmt.Errorf("testbed: %w", err)
+		}
+		m[ref] = kubeletsim.Image{Binary: path, Env: marker(nil)}
 	}
 	binDir := filepath.Join(n.Root, "bin")
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
@@ -85,6 +95,18 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 					standin.EnvMode: string(mode), standin.EnvEvents: n.EventsFile,
 				})}
 			}
+		}
+	}
+	for _, v := range kubebuild.Versions {
+		if !kubebuild.Built(v) {
+			continue
+		}
+		paths, err := kubebuild.Paths(v)
+		if err != nil {
+			return fmt.Errorf("testbed: %w", err)
+		}
+		for _, comp := range kubebuild.Components {
+			m[Repos[comp]+":"+v] = kubeletsim.Image{Binary: paths[comp], Env: marker(nil)}
 		}
 	}
 	for comp, ref := range n.State.Images {

@@ -20,7 +20,11 @@ import (
 // advertise: the cluster CA (ca.crt/key), apiserver serving and client
 // certificates, the service-account key pair (sa.key/pub), the front-proxy
 // CA and client, and the etcd CA with etcd/server, etcd/peer and
-// etcd/healthcheck-client, plus apiserver-etcd-client signed by it. Every
+// etcd/healthcheck-client, plus apiserver-etcd-client signed by it, and the
+// client certificates kubeadm embeds in the kubeconfigs, here files of
+// their own: controller-manager (system:kube-controller-manager),
+// scheduler (system:kube-scheduler) and admin (kubernetes-admin in
+// system:masters), signed by the cluster CA. Every
 // key is ECDSA P-256. Serving certificates carry the SANs 127.0.0.1, ::1,
 // localhost, the node name and advertise. Keys are 0600, certificates 0644.
 // The set is real and consistent: etcd runs on it, and a client holding
@@ -65,6 +69,9 @@ func GeneratePKI(dir, nodeName, advertise string) error {
 		{etcdCA, "etcd/peer", nodeName, nil, both, true},
 		{etcdCA, "etcd/healthcheck-client", "kube-etcd-healthcheck-client", nil, client, false},
 		{etcdCA, "apiserver-etcd-client", "kube-apiserver-etcd-client", nil, client, false},
+		{ca, "controller-manager", "system:kube-controller-manager", nil, client, false},
+		{ca, "scheduler", "system:kube-scheduler", nil, client, false},
+		{ca, "admin", "kubernetes-admin", []string{"system:masters"}, client, false},
 	}
 	for _, l := range leaves {
 		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: l.cn, Organization: l.org}, ExtKeyUsage: l.usage,

@@ -78,6 +78,15 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 	st.Ports = nodestate.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], EtcdMetrics: ports[2], APIServer: ports[3], ControllerManager: ports[4], Scheduler: ports[5]}
 	st.Etcd.InitialCluster = st.Etcd.MemberName + "=https://" + net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.EtcdPeer))
 	st.Etcd.InitialClusterState = "new"
+	if opts.Real {
+		if st.ExtraArgs == nil {
+			st.ExtraArgs = map[string]map[string]string{}
+		}
+		if st.ExtraArgs[nodestate.KubeAPIServer] == nil {
+			st.ExtraArgs[nodestate.KubeAPIServer] = map[string]string{}
+		}
+		st.ExtraArgs[nodestate.KubeAPIServer]["endpoint-reconciler-type"] = "none"
+	}
 	if opts.Mutate != nil {
 		opts.Mutate(st)
 	}
@@ -160,10 +169,23 @@ func portRange() (lo, hi int) {
 	return 10000, first
 }
 
+// kubeconfigClients are the kubeconfigs writeKubeconfigs writes, each with
+// the client certificate (GeneratePKI's name) it authenticates with.
+var kubeconfigClients = map[string]string{
+	"admin.conf":              "admin",
+	"controller-manager.conf": "controller-manager",
+	"scheduler.conf":          "scheduler",
+}
+
+// writeKubeconfigs writes kubeadm's admin, controller-manager and scheduler
+// kubeconfigs for the node's apiserver, each carrying its client
+// certificate, so that a real controller-manager and scheduler
+// authenticate (the stand-ins read none of it).
 func writeKubeconfigs(st *nodestate.NodeState) error {
-	for _, name := range []string{"admin.conf", "controller-manager.conf", "scheduler.conf"} {
-		b := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://%s\n    certificate-authority: %s\ncontexts:\n- name: default\n  context: {cluster: kubernetes, user: default}\ncurrent-context: default\nusers:\n- name: default\n  user: {}\n",
-			net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.APIServer)), filepath.Join(st.PKIDir, "ca.crt"))
+	for name, cert := range kubeconfigClients {
+		b := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://%s\n    certificate-authority: %s\ncontexts:\n- name: default\n  context: {cluster: kubernetes, user: default}\ncurrent-context: default\nusers:\n- name: default\n  user:\n    client-certificate: %s\n    client-key: %s\n",
+			net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.APIServer)), filepath.Join(st.PKIDir, "ca.crt"),
+			filepath.Join(st.PKIDir, cert+".crt"), filepath.Join(st.PKIDir, cert+".key"))
 		if err := os.WriteFile(filepath.Join(st.KubeconfigDir, name), []byte(b), 0o600); err != nil {
 			return fmt.Errorf("testbed kubeconfig: %w", err)
 		}

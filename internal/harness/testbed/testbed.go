@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -77,6 +78,17 @@ type Options struct {
 	Housekeeping   time.Duration // default 100ms
 	// ActiveTimeout bounds the wait for every component; default 90s.
 	ActiveTimeout time.Duration
+
+	// Real runs the real control plane: the state's kube-apiserver,
+	// kube-controller-manager and kube-scheduler images of its
+	// kubernetesVersion, one of kubebuild.Versions, run the real binaries
+	// (built first if the cache lacks them, minutes) instead of the
+	// stand-in. kube-apiserver gets --endpoint-reconciler-type=none in the
+	// state's extraArgs (before Mutate): v1.37 refuses the loopback
+	// advertise address otherwise, and one node needs no reconciler.
+	// Whatever the option, the image map maps the images of every version
+	// already built to its real binaries.
+	Real bool
 
 	// Images adds to (or replaces entries of) the node's image map.
 	Images kubeletsim.ImageMap
@@ -159,6 +171,11 @@ func StartNode(ctx context.Context, opts Options) (*Node, error) {
 	}
 	if err := os.MkdirAll(n.ManifestDir, manifest.DirMode); err != nil {
 		return nil, fmt.Errorf("testbed manifest dir: %w", err)
+	}
+	if opts.Real {
+		if _, err := kubebuild.Binaries(ctx, st.KubernetesVersion); err != nil {
+			return nil, fmt.Errorf("testbed: real control plane: %w", err)
+		}
 	}
 	bins, err := standinBinaries()
 	if err != nil {

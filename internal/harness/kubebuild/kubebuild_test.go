@@ -1,0 +1,57 @@
+package kubebuild
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestTool(t *testing.T) {
+	tool, err := Tool("v1.37.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(tool.Dir) != "kube-v1.37.2" || tool.Version != "Kubernetes v1.37.2" {
+		t.Errorf("Tool(v1.37.2) = dir %s, version %q", tool.Dir, tool.Version)
+	}
+	for _, want := range []string{"gitVersion=v1.37.2", "gitMajor=1 ", "gitMinor=37 "} {
+		if !strings.Contains(tool.LDFlags, want) {
+			t.Errorf("ldflags %q lack %q", tool.LDFlags, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(tool.ModuleDir, "go.mod")); err != nil {
+		t.Errorf("tool module: %v", err)
+	}
+	if _, err := Tool("v1.30.0"); err == nil || !strings.Contains(err.Error(), "known") {
+		t.Errorf("Tool(v1.30.0) = %v, want an error listing the known versions", err)
+	}
+	if Minor("v1.37.2") != "1.37" {
+		t.Errorf("Minor(v1.37.2) = %q", Minor("v1.37.2"))
+	}
+}
+
+// TestBinaries checks each built version's binaries report their version;
+// STRATUM_REAL=1 builds the missing ones (minutes), otherwise a version
+// not built is skipped.
+func TestBinaries(t *testing.T) {
+	for _, v := range Versions {
+		t.Run(v, func(t *testing.T) {
+			if !Built(v) && os.Getenv("STRATUM_REAL") == "" {
+				t.Skipf("kubernetes %s not built: make real-binaries, or STRATUM_REAL=1 to build it here", v)
+			}
+			bins, err := Binaries(context.Background(), v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range Components {
+				out, err := exec.Command(bins[c], "--version").CombinedOutput()
+				if err != nil || strings.TrimSpace(string(out)) != "Kubernetes "+v {
+					t.Errorf("%s --version = %q, %v", bins[c], out, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// TestRealControlPlane brings up a node in real mode for each
+// kubebuild.Versions version (testdata/states/real.yaml, etcd 3.6.16):
+// the renderer's manifests run the real kube-apiserver,
+// kube-controller-manager and kube-scheduler, every component becomes
+// active, the apiserver reports its version, and the controller-manager
+// and the scheduler take their leader leases. A version not built is
+// skipped unless STRATUM_REAL=1, which builds it (minutes each; make
+// real-binaries builds them ahead).
+func TestRealControlPlane(t *testing.T) {
+	for _, v := range kubebuild.Versions {
+		t.Run(v, func(t *testing.T) {
+			if !kubebuild.Built(v) && os.Getenv("STRATUM_REAL") == "" {
+				t.Skipf("kubernetes %s not built: run make real-binaries, or set STRATUM_REAL=1 to build it here", v)
+			}
+			n := Start(t, Options{
+				StateFile: "testdata/states/real.yaml",
+				Real:      true,
+				Mutate: func(st *nodestate.NodeState) {
+					st.KubernetesVersion = v
+					for _, c := range kubebuild.Components {
+						st.Images[c] = Repos[c] + ":" + v
+					}
+				},
+				ActiveTimeout: 3 * time.Minute,
+			})
+			c, err := n.AdminClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ver struct {
+				GitVersion string `json:"gitVersion"`
+			}
+			if err := getJSON(c, n.APIServerURL()+"/version", &ver); err != nil {
+				t.Fatal(err)
+			}
+			if ver.GitVersion != v {
+				t.Fatalf("apiserver /version %q, want %s", ver.GitVersion, v)
+			}
+			for _, lease := range []string{"kube-controller-manager", "kube-scheduler"} {
+				holder, err := waitLease(c, n.APIServerURL(), lease, 2*time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("lease kube-system/%s held by %s", lease, holder)
+			}
+			// What the binaries said of the rendered flags: a deprecated
+			// flag is accepted today and rejected by a later version.
+			logs, _ := filepath.Glob(filepath.Join(n.KubeletDir, "logs", "*", "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "deprecated") || strings.Contains(line, "Flag --") {
+						t.Logf("%s: %s", filepath.Base(filepath.Dir(l)), line)
+					}
+				}
+			}
+		})
+	}
+}
+
+// waitLease waits until the Lease kube-system/name has a holder and
+// returns it.
+func waitLease(c *http.Client, server, name string, timeout time.Duration) (string, error) {
+	url := server + "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/" + name
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		var l struct {
+			Spec struct {
+				HolderIdentity string `json:"holderIdentity"`
+			} `json:"spec"`
+		}
+		last = getJSON(c, url, &l)
+		if last == nil && l.Spec.HolderIdentity != "" {
+			return l.Spec.HolderIdentity, nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return "", fmt.Errorf("lease kube-system/%s: no holder after %s (last: %v)", name, timeout, last)
+}
+
+func getJSON(c *http.Client, url string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.Unmarshal(b, v)
+}
