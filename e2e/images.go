@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 
@@ -104,8 +105,15 @@ func ImageSet(b *Binaries) []Image {
 		}
 	}
 	for _, eb := range etcdbuild.Builds {
+		tags := []string{eb.Image}
+		for ref, minor := range etcdbuild.LegacyImages { // temporary, see there
+			if minor == eb.Minor {
+				tags = append(tags, ref)
+			}
+		}
+		sort.Strings(tags[1:])
 		imgs = append(imgs, Image{
-			Tags:       []string{eb.Image},
+			Tags:       tags,
 			Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
 			Entrypoint: []string{"/usr/local/bin/etcd"},
 			Env:        []string{imagePath, ImageEnv + "=" + eb.Image},
