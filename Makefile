@@ -73,7 +73,11 @@ demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a 
 real-binaries: ## build every real etcd and Kubernetes control plane (kube-apiserver, -controller-manager, -scheduler) into the cache, timing each (about 11 minutes per Kubernetes version from a cold build cache)
 	$(GO) run ./internal/harness/cmd/buildbins
 
-flag-tables: ## regenerate versions/flags/<component>-<minor>.txt from the cached binaries' --help (make real-binaries first)
+# The Kubernetes tables come from each version's flagdump (its tool
+# module's flagdump/, built into the cache beside the binaries): the whole
+# flag set, hidden and deprecated flags included, which --help leaves out
+# though the binaries accept them. etcd's come from its --help.
+flag-tables: ## regenerate versions/flags/<component>-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
 	$(GO) run ./internal/harness/cmd/flagtable -out versions/flags
 
 e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
