@@ -80,7 +80,11 @@ REAL_TESTS := TestReal
 test-real: real-binaries ## the real control plane (kube-apiserver, -controller-manager, -scheduler 1.36 and 1.37; etcd 3.5-3.7) from the rendered manifests: starts, upgrades, the etcd chain, a rollback
 	STRATUM_REAL=1 $(GO) test -p 1 -count=1 -timeout 40m -run '^$(REAL_TESTS)' ./engine ./internal/harness/testbed
 
-flag-tables: ## regenerate versions/flags/<component>-<minor>.txt from the cached binaries' --help (make real-binaries first)
+# The Kubernetes tables come from each version's flagdump (its tool
+# module's flagdump/, built into the cache beside the binaries): the whole
+# flag set, hidden and deprecated flags included, which --help leaves out
+# though the binaries accept them. etcd's come from its --help.
+flag-tables: ## regenerate versions/flags/<component>-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
 	$(GO) run ./internal/harness/cmd/flagtable -out versions/flags
 
 e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
