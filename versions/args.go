@@ -28,7 +28,7 @@ func (e *FlagError) Error() string {
 
 // CheckArgs returns a *FlagError for the first flag (by name) of args,
 // component's final flag set at v, that the binary would refuse to start
-// with: a flag its --help does not list (the embedded tables of
+// with: a flag it does not have (the embedded tables of
 // versions/flags, when there is one for v's minor), or on etcd 3.6 an
 // experimental flag set beside its new name or feature gate, which etcd
 // 3.6 refuses.

@@ -1,7 +1,9 @@
 package versions
 
 // This file reads the embedded flag tables: the flags each component's
-// binary accepts at each minor, as its --help lists them.
+// binary accepts at each minor: etcd's as its --help lists them (deprecated
+// flags included), each Kubernetes component's whole flag set, hidden and
+// deprecated flags included (its flagdump program).
 
 import (
 	"embed"
