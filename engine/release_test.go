@@ -54,10 +54,19 @@ func TestParseRelease(t *testing.T) {
 // state, with no kubelet: enough for everything that refuses before acting.
 func planNode(t *testing.T, state string) (*Engine, *manifest.Store, *journal.Journal, *nodestate.NodeState) {
 	t.Helper()
+	return planNodeEdit(t, state, nil)
+}
+
+// planNodeEdit is planNode with the node state changed by edit first.
+func planNodeEdit(t *testing.T, state string, edit func(*nodestate.NodeState)) (*Engine, *manifest.Store, *journal.Journal, *nodestate.NodeState) {
+	t.Helper()
 	root := t.TempDir()
 	st, err := nodestate.Load(filepath.Join("..", "testdata", "states", state+".yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(st)
 	}
 	st.ConfigDir = filepath.Join(root, "config")
 	store, err := manifest.Create(filepath.Join(root, "manifests"), manifest.Options{Scanner: proc.Host().Within(os.Getpid())})

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -95,7 +96,7 @@ func (g *globals) runPlan(to string) error {
 	if err != nil {
 		return err
 	}
-	plan, err := engine.PlanUpgrade(store, st, rel)
+	plan, err := engine.PlanUpgrade(context.Background(), store, g.scanner, st, rel, engine.UpgradeOptions{})
 	if errors.Is(err, engine.ErrNothingToDo) {
 		if g.json() {
 			return writeJSON(g.stdout, planReport{From: st.KubernetesVersion, To: rel.KubernetesVersion, Nothing: true, Message: err.Error(), Changes: []planChange{}})
