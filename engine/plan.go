@@ -201,7 +201,7 @@ func planFromSnapshot(store Manifests, cur, old *nodestate.NodeState, snap *snap
 	return plan, nil
 }
 
-// etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.5-0"
+// etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.16-0"
 // -> 3, 6), false when the reference has no parseable tag. The tag is a
 // generic version (an optional "v", two or more dot-separated numbers,
 // anything after them ignored).

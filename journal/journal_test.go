@@ -25,7 +25,7 @@ nodeName: cp-1
 advertiseAddress: 10.0.0.11
 kubernetesVersion: v1.34.4
 images:
-  etcd: registry.k8s.io/etcd:3.5.21-0
+  etcd: registry.k8s.io/etcd:3.5.35-0
   kube-apiserver: registry.k8s.io/kube-apiserver:v1.34.4
   kube-controller-manager: registry.k8s.io/kube-controller-manager:v1.34.4
   kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.4
