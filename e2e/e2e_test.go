@@ -38,7 +38,7 @@ func TestRealKubelet(t *testing.T) {
 		etcdclient.Put(t, n, "before", "1")
 		rel := n.writeRelease(t, "v1.34.5-etcd36", true, "", "")
 		r := n.run(t, runOpts{}, "run", "--to", rel)
-		rep.add(t, "commit (etcd 3.5.21 -> 3.6.5, 3 stand-ins v1.34.4 -> v1.34.5), default deadlines", r)
+		rep.add(t, "commit (etcd 3.5.35 -> 3.6.16, 3 stand-ins v1.34.4 -> v1.34.5), default deadlines", r)
 		if r.code != 0 {
 			t.Fatalf("run exited %d, want 0:\n%s", r.code, r.output())
 		}

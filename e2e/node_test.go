@@ -133,7 +133,7 @@ func resetNode(t *testing.T, h *Host) *node {
 }
 
 // writeRelease writes a release moving the stand-ins to v1.34.5 (fail's
-// component in mode), etcd to 3.6.5 when etcd36, and returns its path.
+// component in mode), etcd to 3.6.16 when etcd36, and returns its path.
 func (n *node) writeRelease(t *testing.T, name string, etcd36 bool, fail string, mode standin.Mode) string {
 	t.Helper()
 	r := engine.Release{APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: "v1.34.5", Images: map[string]string{}}

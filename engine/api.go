@@ -88,13 +88,19 @@ func (e *RollbackFailedError) Error() string { return "rollback failed: " + e.Re
 // Unwrap makes errors.Is(err, ErrRollbackFailed) hold.
 func (e *RollbackFailedError) Unwrap() error { return ErrRollbackFailed }
 
-// Plan computes what upgrading to rel would do, writing nothing.
+// Plan computes what upgrading to rel would do, writing nothing, with
+// every pre-flight check enforced.
 func (e *Engine) Plan(rel *Release) (*Plan, error) {
+	return e.PlanWith(context.Background(), rel, UpgradeOptions{})
+}
+
+// PlanWith is Plan with options: the pre-flight checks to let through.
+func (e *Engine) PlanWith(ctx context.Context, rel *Release, opts UpgradeOptions) (*Plan, error) {
 	st, err := e.j.NodeState()
 	if err != nil {
 		return nil, err
 	}
-	return PlanUpgrade(e.store, st, rel)
+	return PlanUpgrade(ctx, e.store, e.procs, st, rel, opts)
 }
 
 // Run upgrades the node to rel as one transaction and returns when it has
@@ -102,14 +108,22 @@ func (e *Engine) Plan(rel *Release) (*Plan, error) {
 // (ErrRollbackFailed) or was interrupted by ctx (ErrInterrupted, the
 // transaction left open for Resume). A second transaction while one is open
 // is refused with journal.ErrTxnOpen and changes nothing; so is a release
-// that changes nothing (ErrNothingToDo).
+// that changes nothing (ErrNothingToDo) and one a pre-flight check refuses
+// (*PreflightError).
 func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, error) {
+	return e.RunWith(ctx, rel, raw, UpgradeOptions{})
+}
+
+// RunWith is Run with options. The pre-flight checks it let through are
+// journaled with the transaction (journal.Txn.IgnoredChecks) and each is
+// reported as a "preflight" event.
+func (e *Engine) RunWith(ctx context.Context, rel *Release, raw []byte, opts UpgradeOptions) (Result, error) {
 	if open, err := e.j.OpenTxn(); err != nil {
 		return Result{}, err
 	} else if open != nil {
 		return Result{}, openTxnError(open)
 	}
-	plan, err := e.Plan(rel)
+	plan, err := e.PlanWith(ctx, rel, opts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -121,9 +135,12 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: plan.Changed(), Targets: plan.Targets()})
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: plan.Changed(), Targets: plan.Targets(), IgnoredChecks: ignoredChecks(plan.Ignored)})
 	if err != nil {
 		return Result{}, err
+	}
+	for _, f := range plan.Ignored {
+		e.event(txn.ID, journal.PhasePlanned, "preflight", f.Component, "", fmt.Sprintf("warning: pre-flight check %s failed and is ignored (--ignore-preflight-errors): %s", f.Check, f.Message))
 	}
 	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("upgrade to %s: %s change", plan.To.KubernetesVersion, strings.Join(plan.Changed(), ", ")))
 	e.hit(fault.AfterBegin)

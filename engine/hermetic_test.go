@@ -83,7 +83,7 @@ func TestResumeWritesPlannedBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := PlanUpgrade(f.node.Store, st, rel)
+	plan, err := PlanUpgrade(t.Context(), f.node.Store, f.node.Scanner, st, rel, UpgradeOptions{})
 	if err != nil {
 		t.Fatalf("plan after the edit: %v", err)
 	}

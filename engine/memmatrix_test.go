@@ -222,7 +222,7 @@ func (f *fakeEtcd) Backup(_ context.Context, _ *nodestate.NodeState, path string
 	}
 	f.backups++
 	sum := sha256.Sum256(data)
-	return &etcddata.Backup{Path: path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)), Revision: 7, MemberID: "1", Members: 1, Version: "3.5.21", Taken: time.Now()}, nil
+	return &etcddata.Backup{Path: path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)), Revision: 7, MemberID: "1", Members: 1, Version: "3.5.35", Taken: time.Now()}, nil
 }
 
 func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string) error { return nil }

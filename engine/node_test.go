@@ -83,7 +83,7 @@ func release(st *nodestate.NodeState, etcd36 bool, fail string, mode standin.Mod
 		switch comp {
 		case nodestate.Etcd:
 			if etcd36 {
-				r.Images[comp] = "registry.k8s.io/etcd:3.6.5-0"
+				r.Images[comp] = "registry.k8s.io/etcd:3.6.16-0"
 			}
 		case fail:
 			r.Images[comp] = testbed.ModeImage(comp, tag, mode)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/snapshot"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // Plan is what a transaction would change, computed without writing.
@@ -26,6 +28,9 @@ type Plan struct {
 	// node state (the cis profile's admission configuration), rendered from
 	// the profile files as they were read once, at planning.
 	Derived []manifest.DerivedFile
+	// Ignored are the pre-flight checks that failed and were let through
+	// (UpgradeOptions.IgnorePreflight), in the order of PreflightChecks.
+	Ignored []versions.Finding
 }
 
 // Targets are the exact bytes the transaction writes, journaled when it
@@ -62,15 +67,56 @@ func (p *Plan) Changed() []string {
 }
 
 // PlanUpgrade computes the upgrade of st to rel against the manifests on
-// disk. Each component keeps the restarted-at annotation it has on disk, so
-// a component changes exactly when the release changes its render (or a
-// hand edit is to be overwritten). A release that changes nothing is
-// ErrNothingToDo.
-func PlanUpgrade(store Manifests, st *nodestate.NodeState, rel *Release) (*Plan, error) {
+// disk, and runs the pre-flight checks before anything is written: the
+// upgrade-path rules (versions.UpgradePath) and, when the release changes
+// etcd, etcd's health (one request through procs). Every failed check that
+// opts does not ignore is reported at once, in a *PreflightError; the
+// ignored ones are Plan.Ignored. Each component keeps the restarted-at
+// annotation it has on disk, so a component changes exactly when the
+// release changes its render (or a hand edit is to be overwritten). A
+// release that changes nothing is ErrNothingToDo.
+func PlanUpgrade(ctx context.Context, store Manifests, procs Processes, st *nodestate.NodeState, rel *Release, opts UpgradeOptions) (*Plan, error) {
+	if err := CheckIgnore(opts.IgnorePreflight); err != nil {
+		return nil, err
+	}
+	pf := preflight{ignore: opts.IgnorePreflight, procs: procs}
 	to, err := rel.Apply(st)
 	if err != nil {
 		return nil, err
 	}
+	findings := versions.UpgradePath(st, to)
+	plan, err := planChanges(store, st, to)
+	if err != nil {
+		// A target the rules refuse may not render at all (an
+		// unsupported version): the refusal says why.
+		if _, perr := pf.settle(rel, findings); perr != nil {
+			return nil, perr
+		}
+		return nil, err
+	}
+	if len(plan.Changes) == 0 {
+		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
+	}
+	etcdChanges := slices.Contains(plan.Changed(), nodestate.Etcd)
+	if etcdChanges {
+		if f := pf.etcdHealth(ctx, st); f != nil {
+			findings = append(findings, *f)
+		}
+	}
+	if plan.Ignored, err = pf.settle(rel, findings); err != nil {
+		return nil, err
+	}
+	if etcdChanges && st.SingleMember() {
+		if err := etcddata.CheckDataDir(st); err != nil {
+			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
+		}
+	}
+	return plan, nil
+}
+
+// planChanges is every component whose manifest on disk differs from the
+// render of to.
+func planChanges(store Manifests, st, to *nodestate.NodeState) (*Plan, error) {
 	prof, err := manifest.LoadProfile(to)
 	if err != nil {
 		return nil, err
@@ -94,14 +140,6 @@ func PlanUpgrade(store Manifests, st *nodestate.NodeState, rel *Release) (*Plan,
 		}
 		if !bytes.Equal(before, after) {
 			plan.Changes = append(plan.Changes, Change{Component: comp, Before: before, After: after})
-		}
-	}
-	if len(plan.Changes) == 0 {
-		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
-	}
-	if slices.Contains(plan.Changed(), nodestate.Etcd) && st.SingleMember() {
-		if err := etcddata.CheckDataDir(st); err != nil {
-			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
 		}
 	}
 	return plan, nil
@@ -163,7 +201,7 @@ func planFromSnapshot(store Manifests, cur, old *nodestate.NodeState, snap *snap
 	return plan, nil
 }
 
-// etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.5-0"
+// etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.16-0"
 // -> 3, 6), false when the reference has no parseable tag. The tag is a
 // generic version (an optional "v", two or more dot-separated numbers,
 // anything after them ignored).

@@ -96,9 +96,11 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		if !slices.Contains(roster, n) {
 			continue
 		}
+		if to.Images[n] != img {
+			// The node's explicit version was that of the old image.
+			delete(to.Versions, n)
+		}
 		to.Images[n] = img
-		// The node's explicit version was that of the old image.
-		delete(to.Versions, n)
 		if v, ok := r.Versions[n]; ok {
 			if to.Versions == nil {
 				to.Versions = map[string]string{}

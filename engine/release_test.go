@@ -54,10 +54,19 @@ func TestParseRelease(t *testing.T) {
 // state, with no kubelet: enough for everything that refuses before acting.
 func planNode(t *testing.T, state string) (*Engine, *manifest.Store, *journal.Journal, *nodestate.NodeState) {
 	t.Helper()
+	return planNodeEdit(t, state, nil)
+}
+
+// planNodeEdit is planNode with the node state changed by edit first.
+func planNodeEdit(t *testing.T, state string, edit func(*nodestate.NodeState)) (*Engine, *manifest.Store, *journal.Journal, *nodestate.NodeState) {
+	t.Helper()
 	root := t.TempDir()
 	st, err := nodestate.Load(filepath.Join("..", "testdata", "states", state+".yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(st)
 	}
 	st.ConfigDir = filepath.Join(root, "config")
 	store, err := manifest.Create(filepath.Join(root, "manifests"), manifest.Options{Scanner: proc.Host().Within(os.Getpid())})
@@ -187,10 +196,10 @@ func TestEtcdDowngradeRefused(t *testing.T) {
 		cur, old string
 		refused  bool
 	}{
-		{"registry.k8s.io/etcd:3.6.5-0", "registry.k8s.io/etcd:3.5.21-0", true},
-		{"registry.k8s.io/etcd:3.6.5-0", "registry.k8s.io/etcd:3.6.1-0", false},
-		{"registry.k8s.io/etcd:3.5.21-0", "registry.k8s.io/etcd:3.6.5-0", false},
-		{"registry.k8s.io/etcd@sha256:0123", "registry.k8s.io/etcd:3.5.21-0", false},
+		{"registry.k8s.io/etcd:3.6.16-0", "registry.k8s.io/etcd:3.5.35-0", true},
+		{"registry.k8s.io/etcd:3.6.16-0", "registry.k8s.io/etcd:3.6.1-0", false},
+		{"registry.k8s.io/etcd:3.5.35-0", "registry.k8s.io/etcd:3.6.16-0", false},
+		{"registry.k8s.io/etcd@sha256:0123", "registry.k8s.io/etcd:3.5.35-0", false},
 		{"localhost:5000/etcd:v3.6.0", "localhost:5000/etcd:v3.5.9", true},
 	} {
 		cur := &nodestate.NodeState{Images: map[string]string{nodestate.Etcd: c.cur}}
@@ -235,12 +244,12 @@ func TestEtcdMinor(t *testing.T) {
 		major, minor int
 		ok           bool
 	}{
-		{"registry.k8s.io/etcd:3.6.5-0", 3, 6, true},
-		{"registry.k8s.io/etcd:3.5.21-0", 3, 5, true},
-		{"registry.k8s.io/etcd:v3.6.5", 3, 6, true},
+		{"registry.k8s.io/etcd:3.6.16-0", 3, 6, true},
+		{"registry.k8s.io/etcd:3.5.35-0", 3, 5, true},
+		{"registry.k8s.io/etcd:v3.6.16", 3, 6, true},
 		{"registry.k8s.io/etcd:3.6", 3, 6, true},
-		{"registry.k8s.io/etcd:3.6.5-0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 3, 6, true},
-		{"localhost:5000/etcd:3.6.5-0", 3, 6, true},
+		{"registry.k8s.io/etcd:3.6.16-0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 3, 6, true},
+		{"localhost:5000/etcd:3.6.16-0", 3, 6, true},
 		{"quay.io/coreos/etcd:v3.5.0-rc.1", 3, 5, true},
 		{"registry.k8s.io/etcd:3.10.0", 3, 10, true},
 		{"registry.k8s.io/etcd:3.06.0", 3, 6, true},

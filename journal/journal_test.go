@@ -25,7 +25,7 @@ nodeName: cp-1
 advertiseAddress: 10.0.0.11
 kubernetesVersion: v1.34.4
 images:
-  etcd: registry.k8s.io/etcd:3.5.21-0
+  etcd: registry.k8s.io/etcd:3.5.35-0
   kube-apiserver: registry.k8s.io/kube-apiserver:v1.34.4
   kube-controller-manager: registry.k8s.io/kube-controller-manager:v1.34.4
   kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.4
@@ -191,13 +191,13 @@ func TestOpenRefuses(t *testing.T) {
 		{
 			name:  "newer schema",
 			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 99) },
-			want:  []string{"schema version 99", "version 3 that this stratum-upgrade knows", "nothing was written"},
+			want:  []string{"schema version 99", "version 4 that this stratum-upgrade knows", "nothing was written"},
 		},
 		{
 			name:  "newer schema read-only",
-			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 4) },
+			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 5) },
 			opt:   Options{ReadOnly: true},
-			want:  []string{"schema version 4", "version 3"},
+			want:  []string{"schema version 5", "version 4"},
 		},
 		{
 			name:  "missing read-only",

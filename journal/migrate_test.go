@@ -137,3 +137,35 @@ func TestMigrationFailureIsAtomic(t *testing.T) {
 		t.Errorf("after a failed then a good migration: %v, %v", st, err)
 	}
 }
+
+// A version-3 file (no txn has ignoredChecks) migrates to version 4 by
+// moving the version alone: its transactions read back as they were, and
+// a new transaction keeps the checks its operator ignored.
+func TestMigrateV3(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stratum.db")
+	j := openTest(t, path, Options{})
+	must(t, j.PutNodeState(testState(t, "v1.34.4")))
+	old, err := j.Begin(Txn{Kind: KindUpgrade, Changed: []string{"etcd"}, Targets: []Target{{Component: "etcd", Manifest: []byte("m")}}})
+	must(t, err)
+	must(t, j.Close())
+	setVersion(t, path, 3)
+
+	j = openTest(t, path, Options{})
+	if v, err := j.SchemaVersion(); err != nil || v != 4 {
+		t.Fatalf("SchemaVersion() after migration = %d, %v; want 4", v, err)
+	}
+	got, err := j.Txn(old.ID)
+	must(t, err)
+	if !reflect.DeepEqual(*got, old) || got.IgnoredChecks != nil {
+		t.Fatalf("txn after migration = %+v, want %+v", *got, old)
+	}
+	must(t, j.Finish(old.ID, PhaseRolledBack, "test", nil))
+	ignored := []IgnoredCheck{{Check: "EtcdHealth", Component: "etcd", Message: "etcd does not answer"}}
+	txn, err := j.Begin(Txn{Kind: KindUpgrade, IgnoredChecks: ignored})
+	must(t, err)
+	got, err = j.Txn(txn.ID)
+	must(t, err)
+	if !reflect.DeepEqual(got.IgnoredChecks, ignored) {
+		t.Fatalf("ignoredChecks = %+v, want %+v", got.IgnoredChecks, ignored)
+	}
+}

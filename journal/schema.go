@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 3 (the current one).
+Schema of the journal file, version 4 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (3)
+	    schema_version            uint64: the schema version of this file (4)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -24,7 +24,10 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	                              20261202T130405Z-1a2b: the UTC time of Begin
 	                              and 4 random hex digits. "targets" holds the
 	                              exact bytes the txn writes (Target, File),
-	                              fixed at Begin.
+	                              fixed at Begin. "ignoredChecks" lists the
+	                              pre-flight checks that failed and that the
+	                              operator let through at Begin
+	                              (IgnoredCheck: check, component, message).
 
 	records                       bucket
 	    <txn id>                  nested bucket, one per txn, created by Begin;
@@ -59,7 +62,10 @@ and refuses any step it does not know; version-1 txns have no "targets"
 (the engine pins them when it resumes such a txn). Version 3 adds the step
 "replaced" (kubelet replaced etcd, journaled before it answered); nothing
 else changes, so its migration only moves the version, and a version-2
-binary refuses a file that may hold the new step.
+binary refuses a file that may hold the new step. Version 4 adds the txn
+field "ignoredChecks"; no older txn has one, so its migration too only
+moves the version, and a version-3 binary, which would drop the field when
+it rewrites a txn, refuses the file.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
@@ -80,7 +86,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 3
+const currentVersion = 4
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -115,6 +121,7 @@ var migrations = []migration{
 	{name: "v0 to v1: versioned layout with transactions", run: migrateV0toV1},
 	{name: "v1 to v2: typed record steps and payloads", run: migrateV1toV2},
 	{name: "v2 to v3: the replaced step", run: func(*bolt.Tx, time.Time) error { return nil }},
+	{name: "v3 to v4: the ignored pre-flight checks of a txn", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release

@@ -87,8 +87,12 @@ type Txn struct {
 	// writes these, whatever the profile files or the binary's renderer say
 	// later. Absent in a transaction begun by a schema-1 binary; the engine
 	// then pins them on its first resume.
-	Targets     []Target `json:"targets,omitempty"`
-	SnapshotDir string   `json:"snapshotDir,omitempty"`
+	Targets []Target `json:"targets,omitempty"`
+	// IgnoredChecks are the pre-flight checks that failed when the
+	// transaction was planned and that the operator let through
+	// (--ignore-preflight-errors); fixed at Begin. Schema 4.
+	IgnoredChecks []IgnoredCheck `json:"ignoredChecks,omitempty"`
+	SnapshotDir   string         `json:"snapshotDir,omitempty"`
 	// EtcdBackup is opaque to the journal (the engine stores JSON: path,
 	// hash, size, revision).
 	EtcdBackup []byte `json:"etcdBackup,omitempty"`
@@ -159,6 +163,15 @@ var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdResto
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }
+
+// IgnoredCheck is a failed pre-flight check an operator let through: its
+// name (as --ignore-preflight-errors takes it), the component it is
+// about, and its message.
+type IgnoredCheck struct {
+	Check     string `json:"check"`
+	Component string `json:"component,omitempty"`
+	Message   string `json:"message"`
+}
 
 // Target is what a transaction writes for one component.
 type Target struct {

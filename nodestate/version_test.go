@@ -34,12 +34,12 @@ func TestComponentVersion(t *testing.T) {
 		component string
 		want      string // version, or "error: substring" of the validation error
 	}{
-		{"etcd tag", nil, nil, Etcd, "3.5.21"},
+		{"etcd tag", nil, nil, Etcd, "3.5.35"},
 		{"etcd tag without revision", map[string]string{Etcd: "registry.k8s.io/etcd:3.7.3"}, nil, Etcd, "3.7.3"},
 		{"etcd tag with v", map[string]string{Etcd: "registry.k8s.io/etcd:v3.6.16"}, nil, Etcd, "3.6.16"},
 		{"etcd digest and versions", map[string]string{Etcd: "registry.k8s.io/etcd" + digest}, map[string]string{Etcd: "3.6.16"}, Etcd, "3.6.16"},
 		{"etcd tag and digest", map[string]string{Etcd: "registry.k8s.io/etcd:3.6.16-0" + digest}, nil, Etcd, "3.6.16"},
-		{"etcd tag agrees", nil, map[string]string{Etcd: "3.5.21"}, Etcd, "3.5.21"},
+		{"etcd tag agrees", nil, map[string]string{Etcd: "3.5.35"}, Etcd, "3.5.35"},
 		{"etcd tag disagrees", nil, map[string]string{Etcd: "3.6.16"}, Etcd, "error: versions.etcd: 3.6.16 disagrees with the tag of images.etcd"},
 		{"etcd digest alone", map[string]string{Etcd: "registry.k8s.io/etcd" + digest}, nil, Etcd, "error: versions.etcd: required"},
 		{"etcd latest", map[string]string{Etcd: "registry.k8s.io/etcd:latest"}, nil, Etcd, "error: versions.etcd: required"},

@@ -277,7 +277,7 @@ func TestHostileSnapshotsAreRefusedWithNothingMoved(t *testing.T) {
 			spoil(t, dir)
 			// The live set differs from the snapshot, so a restore that
 			// moved anything would show.
-			n.store.Put(nodestate.Etcd, []byte(strings.Replace(string(must(n.store.Read(nodestate.Etcd))), "3.5.21-0", "3.6.5-0", 1)))
+			n.store.Put(nodestate.Etcd, []byte(strings.Replace(string(must(n.store.Read(nodestate.Etcd))), "3.5.35-0", "3.6.16-0", 1)))
 			before := files(t, n.store.Dir(), n.st.ConfigDir)
 			_, err := Restore(dir, n.store, manifest.DerivedPaths(n.st))
 			if !errors.Is(err, ErrInvalid) {

@@ -14,7 +14,7 @@ func TestSupported(t *testing.T) {
 		component, v string
 		ok           bool
 	}{
-		{nodestate.Etcd, "3.5.21", true},
+		{nodestate.Etcd, "3.5.35", true},
 		{nodestate.Etcd, "3.7.3", true},
 		{nodestate.Etcd, "3.4.30", false},
 		{nodestate.Etcd, "3.8.0", false},

@@ -37,6 +37,8 @@ func advice(err error) string {
 		return "; wait for it, or see `stratum-upgrade status`"
 	case errors.Is(err, engine.ErrUnrestorable):
 		return "; run `stratum-upgrade render` to rewrite it from the node state, then try again"
+	case errors.Is(err, engine.ErrPreflight):
+		return "\nEach check says which release would be valid: upgrade through it first. To go ahead anyway, let a check through with --ignore-preflight-errors=NAME[,NAME...] (or all); the journal records it with the transaction"
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
 		return "; a larger etcd needs a longer --etcd-backup-timeout"
 	}

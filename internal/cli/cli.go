@@ -39,7 +39,8 @@ const (
 	// the command would take it).
 	ExitOK = 0
 	// ExitError: any other failure (I/O, an unusable state directory, a
-	// damaged journal, no node state imported yet, a refused precondition).
+	// damaged journal, no node state imported yet, a refused precondition,
+	// a release a pre-flight check refuses).
 	ExitError = 1
 	// ExitUsage: bad usage: unknown command or flag, bad flag value, missing
 	// --to, a malformed release or node state file, a release naming an
@@ -83,7 +84,7 @@ var exitCodes = []struct {
 	summary string
 }{
 	{ExitOK, "committed, done, or nothing to do"},
-	{ExitError, "error (I/O, unusable state directory, damaged journal, no node state yet)"},
+	{ExitError, "error (I/O, unusable state directory, damaged journal, no node state yet,\na release a pre-flight check refuses)"},
 	{ExitUsage, "bad usage (flags, missing --to, malformed release or node state file,\nunknown component in a release)"},
 	{ExitRolledBack, "the upgrade failed and was rolled back: the node runs what it ran before"},
 	{ExitRollbackFailed, "the upgrade failed and so did its rollback: the node needs an operator"},

@@ -120,6 +120,13 @@ func (g *globals) showTxn(j *journal.Journal, id string) error {
 	if t.Reason != "" {
 		fmt.Fprintf(w, "reason:       %s\n", t.Reason)
 	}
+	for i, c := range t.IgnoredChecks {
+		head := "              "
+		if i == 0 {
+			head = "ignored:      "
+		}
+		fmt.Fprintf(w, "%s[%s] %s\n", head, c.Check, c.Message)
+	}
 	if len(d.Detail) > 0 {
 		var pretty bytes.Buffer
 		if json.Indent(&pretty, d.Detail, "              ", "  ") == nil {

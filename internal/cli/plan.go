@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	udiff "github.com/aymanbagabas/go-udiff"
 	"github.com/spf13/cobra"
@@ -10,6 +12,7 @@ import (
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // loadRelease reads and validates the release file; every failure is bad
@@ -35,8 +38,41 @@ func applyRelease(rel *engine.Release, st *nodestate.NodeState, path string) err
 	return nil
 }
 
+// preflightFlag adds --ignore-preflight-errors to cmd.
+func preflightFlag(cmd *cobra.Command, ignore *[]string) {
+	cmd.Flags().StringSliceVar(ignore, "ignore-preflight-errors", nil,
+		"pre-flight checks whose failure is only a warning, comma-separated (e.g. EtcdHealth,ComponentSkew), or all; the checks: "+strings.Join(engine.PreflightChecks(), ", "))
+}
+
+// upgradeOptions validates the --ignore-preflight-errors names: an unknown
+// one is bad usage.
+func upgradeOptions(ignore []string) (engine.UpgradeOptions, error) {
+	if err := engine.CheckIgnore(ignore); err != nil {
+		return engine.UpgradeOptions{}, usagef("--ignore-preflight-errors: %w", err)
+	}
+	return engine.UpgradeOptions{IgnorePreflight: ignore}, nil
+}
+
+// warnIgnored prints each failed pre-flight check that was let through as
+// a warning on stderr.
+func (g *globals) warnIgnored(fs []versions.Finding) {
+	for _, f := range fs {
+		fmt.Fprintf(g.stderr, "stratum-upgrade: warning: [WARNING %s] %s (ignored: --ignore-preflight-errors)\n", f.Check, f.Message)
+	}
+}
+
+// preflightRefused prints the ignored checks of a pre-flight refusal as
+// warnings; the refusal itself is the error.
+func (g *globals) preflightRefused(err error) {
+	var pe *engine.PreflightError
+	if errors.As(err, &pe) {
+		g.warnIgnored(pe.Ignored)
+	}
+}
+
 func newPlanCmd(g *globals) *cobra.Command {
 	var to string
+	var ignore []string
 	cmd := &cobra.Command{
 		Use:   "plan --to RELEASE",
 		Short: "Show the unified diff of every manifest an upgrade to RELEASE would change; nothing is written",
@@ -44,24 +80,36 @@ func newPlanCmd(g *globals) *cobra.Command {
 and the manifests on disk, and prints a unified diff of each manifest that would
 change, in roster order. It writes nothing: not the journal (opened read-only),
 not the manifest directory. A release that changes nothing prints "nothing to
-do" and exits 0. It is refused while a transaction is open.`,
+do" and exits 0. It is refused while a transaction is open.
+
+Before the diff, plan runs the pre-flight checks run would run (upgrade paths,
+version skew, etcd's health when etcd changes; docs/cli.md): a failed check
+refuses the release (exit 1) and says which release would be valid.
+--ignore-preflight-errors=NAME,... (or all) turns a failure into a warning.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			return g.runPlan(to)
+			opts, err := upgradeOptions(ignore)
+			if err != nil {
+				return err
+			}
+			return g.runPlan(to, opts)
 		}),
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	preflightFlag(cmd, &ignore)
 	return cmd
 }
 
 // planReport is plan's JSON output.
 type planReport struct {
-	From       string       `json:"from"`
-	To         string       `json:"to"`
-	Nothing    bool         `json:"nothingToDo,omitempty"`
-	Message    string       `json:"message,omitempty"`
-	EtcdBackup bool         `json:"etcdBackup"`
-	Changes    []planChange `json:"changes"`
+	From       string `json:"from"`
+	To         string `json:"to"`
+	Nothing    bool   `json:"nothingToDo,omitempty"`
+	Message    string `json:"message,omitempty"`
+	EtcdBackup bool   `json:"etcdBackup"`
+	// IgnoredChecks are the failed pre-flight checks let through.
+	IgnoredChecks []versions.Finding `json:"ignoredChecks,omitempty"`
+	Changes       []planChange       `json:"changes"`
 }
 
 type planChange struct {
@@ -71,7 +119,7 @@ type planChange struct {
 	Diff      string `json:"diff"`
 }
 
-func (g *globals) runPlan(to string) error {
+func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 	rel, _, err := loadRelease(to)
 	if err != nil {
 		return err
@@ -95,7 +143,7 @@ func (g *globals) runPlan(to string) error {
 	if err != nil {
 		return err
 	}
-	plan, err := engine.PlanUpgrade(store, st, rel)
+	plan, err := engine.PlanUpgrade(context.Background(), store, g.scanner, st, rel, opts)
 	if errors.Is(err, engine.ErrNothingToDo) {
 		if g.json() {
 			return writeJSON(g.stdout, planReport{From: st.KubernetesVersion, To: rel.KubernetesVersion, Nothing: true, Message: err.Error(), Changes: []planChange{}})
@@ -104,9 +152,11 @@ func (g *globals) runPlan(to string) error {
 		return nil
 	}
 	if err != nil {
+		g.preflightRefused(err)
 		return err
 	}
-	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, Changes: []planChange{}}
+	g.warnIgnored(plan.Ignored)
+	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, Changes: []planChange{}}
 	for _, c := range plan.Changes {
 		path := store.Path(c.Component)
 		from := path + "\t(on disk)"

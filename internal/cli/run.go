@@ -20,6 +20,7 @@ import (
 
 func newRunCmd(g *globals) *cobra.Command {
 	var to string
+	var ignore []string
 	cmd := &cobra.Command{
 		Use:   "run --to RELEASE",
 		Short: "Upgrade the node to RELEASE as one journaled transaction",
@@ -35,10 +36,20 @@ A release that changes nothing prints "nothing to do" and exits 0: the node
 already runs it. SIGINT or SIGTERM stops the wait at once and leaves the
 transaction open (exit 6); 'stratum-upgrade resume' continues it.
 
+Before anything is written, run runs the pre-flight checks (upgrade paths,
+version skew, etcd's health when etcd changes; docs/cli.md): a failed check
+refuses the release (exit 1, nothing written) and says which release would be
+valid. --ignore-preflight-errors=NAME,... (or all) turns a failure into a
+warning; the journal records the checks a transaction was let through with.
+
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			rel, raw, err := loadRelease(to)
+			if err != nil {
+				return err
+			}
+			opts, err := upgradeOptions(ignore)
 			if err != nil {
 				return err
 			}
@@ -50,11 +61,14 @@ transaction open (exit 6); 'stratum-upgrade resume' continues it.
 				if err := applyRelease(rel, st, to); err != nil {
 					return engine.Result{}, err
 				}
-				return e.Run(ctx, rel, raw)
+				res, err := e.RunWith(ctx, rel, raw, opts)
+				g.preflightRefused(err)
+				return res, err
 			})
 		}),
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	preflightFlag(cmd, &ignore)
 	return cmd
 }
 

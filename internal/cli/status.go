@@ -62,12 +62,16 @@ type txnInfo struct {
 	SnapshotDir string        `json:"snapshotDir,omitempty"`
 	EtcdBackup  bool          `json:"etcdBackup"`
 	Reason      string        `json:"reason,omitempty"`
+	// IgnoredChecks are the failed pre-flight checks the transaction was
+	// let through with (--ignore-preflight-errors).
+	IgnoredChecks []journal.IgnoredCheck `json:"ignoredChecks,omitempty"`
 }
 
 func txnSummary(t *journal.Txn) txnInfo {
 	info := txnInfo{
 		ID: t.ID, Kind: t.Kind, Phase: t.Phase, Started: t.Started, Updated: t.Updated, Ended: t.Ended,
 		Changed: nonNil(t.Changed), SnapshotDir: t.SnapshotDir, EtcdBackup: len(t.EtcdBackup) > 0, Reason: t.Reason,
+		IgnoredChecks: t.IgnoredChecks,
 	}
 	end := t.Ended
 	if end.IsZero() {

@@ -163,7 +163,7 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"$ stratum-upgrade init --state node/state.yaml",
 		"$ stratum-upgrade plan --to v1.34.5.yaml",
-		"+    image: registry.k8s.io/etcd:3.6.5-0",
+		"+    image: registry.k8s.io/etcd:3.6.16-0",
 		"[  ", // run's progress lines
 		"committed: node state is now v1.34.5",
 		"# etcd now serves 3.6.",

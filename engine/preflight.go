@@ -1,0 +1,137 @@
+package engine
+
+// The pre-flight checks of an upgrade, run by the plan before anything is
+// written: the upgrade-path rules of package versions, and etcd's health
+// before an upgrade that changes etcd.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
+)
+
+// CheckEtcdHealth is the pre-flight check that etcd answers its health
+// endpoint before an upgrade that changes etcd's manifest: the etcd backup
+// taken before the change needs it, and so does a rolling replacement.
+// Nothing else checks etcd before the transaction begins.
+const CheckEtcdHealth = "EtcdHealth"
+
+// IgnoreAll, in UpgradeOptions.IgnorePreflight, lets every check through.
+const IgnoreAll = "all"
+
+// PreflightChecks is the name of every pre-flight check, in the order
+// their failures are reported.
+func PreflightChecks() []string {
+	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth)
+}
+
+// CheckIgnore validates the names of checks to ignore: each a known check
+// or IgnoreAll. An unknown name is an error that lists the known ones.
+func CheckIgnore(names []string) error {
+	known := PreflightChecks()
+	var bad []string
+	for _, n := range names {
+		if n != IgnoreAll && !slices.Contains(known, n) {
+			bad = append(bad, fmt.Sprintf("%q", n))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("unknown pre-flight check %s: the checks are %s, or %s for every one", strings.Join(bad, ", "), strings.Join(known, ", "), IgnoreAll)
+	}
+	return nil
+}
+
+// ErrPreflight is wrapped by every *PreflightError.
+var ErrPreflight = errors.New("pre-flight checks failed")
+
+// PreflightError is an upgrade refused by its pre-flight checks before
+// anything was written: every failed check that was not ignored, and the
+// ignored ones (to be shown as warnings).
+type PreflightError struct {
+	Release string
+	Failed  []versions.Finding
+	Ignored []versions.Finding
+}
+
+func (e *PreflightError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "release %s refused by %d pre-flight check(s); nothing was written:", e.Release, len(e.Failed))
+	for _, f := range e.Failed {
+		b.WriteString("\n\t[ERROR " + f.Check + "] " + f.Message)
+	}
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrPreflight) hold.
+func (e *PreflightError) Unwrap() error { return ErrPreflight }
+
+// UpgradeOptions are the options of one plan or run.
+type UpgradeOptions struct {
+	// IgnorePreflight names the pre-flight checks whose failure is only a
+	// warning (Plan.Ignored, and the transaction's IgnoredChecks); IgnoreAll
+	// names every one. Validate with CheckIgnore.
+	IgnorePreflight []string
+}
+
+// preflight is how PlanUpgrade runs the checks.
+type preflight struct {
+	ignore []string
+	// procs answers EtcdHealth; nil fails it as unknown.
+	procs Processes
+}
+
+func (p preflight) ignores(check string) bool {
+	return slices.Contains(p.ignore, IgnoreAll) || slices.Contains(p.ignore, check)
+}
+
+// etcdHealth is the EtcdHealth check: one health request to the etcd that
+// runs from st's manifest. Nil when it answers.
+func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *versions.Finding {
+	fail := func(format string, a ...any) *versions.Finding {
+		return &versions.Finding{Check: CheckEtcdHealth, Component: nodestate.Etcd, Message: fmt.Sprintf(format, a...)}
+	}
+	t, err := manifest.Target(st, nodestate.Etcd)
+	if err != nil {
+		return fail("etcd's health endpoint is unknown (%v): the release changes etcd, which is upgraded only while it answers", err)
+	}
+	if p.procs == nil {
+		return fail("etcd's health cannot be checked here (no process scanner): the release changes etcd, which is upgraded only while it answers")
+	}
+	if !p.procs.Active(ctx, t) {
+		return fail("etcd does not answer %s: the release changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log; `stratum-upgrade status`), then run the same release again", t.Health)
+	}
+	return nil
+}
+
+// settle splits the findings into failed and ignored ones, and returns the
+// refusal, or nil when every failure was ignored.
+func (p preflight) settle(rel *Release, findings []versions.Finding) ([]versions.Finding, error) {
+	var failed, ignored []versions.Finding
+	for _, f := range findings {
+		if p.ignores(f.Check) {
+			ignored = append(ignored, f)
+		} else {
+			failed = append(failed, f)
+		}
+	}
+	if len(failed) > 0 {
+		return ignored, &PreflightError{Release: rel.KubernetesVersion, Failed: failed, Ignored: ignored}
+	}
+	return ignored, nil
+}
+
+// ignoredChecks is the journal's form of the ignored findings.
+func ignoredChecks(fs []versions.Finding) []journal.IgnoredCheck {
+	var out []journal.IgnoredCheck
+	for _, f := range fs {
+		out = append(out, journal.IgnoredCheck{Check: f.Check, Component: f.Component, Message: f.Message})
+	}
+	return out
+}
