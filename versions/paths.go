@@ -48,11 +48,12 @@ var PathChecks = []string{
 // EtcdUpgradeMinimum is, for an etcd minor, the lowest patch of it that may
 // be upgraded to the next minor, from etcd's upgrade guides: "Before
 // upgrading to 3.6, make sure that all of your 3.5 members are updated to
-// 3.5.26 or later" (etcd.io/docs/latest/upgrades/upgrade_3_6), and 3.6.11
-// for 3.7 (etcd.io/docs/v3.7/upgrades/upgrade_3_7). A minor without an
-// entry may be upgraded from any patch.
+// 3.5.32 or later" (etcd.io/docs/v3.6/upgrades/upgrade_3_6; it said
+// 3.5.26 until August 2026), and 3.6.11 for 3.7
+// (etcd.io/docs/v3.7/upgrades/upgrade_3_7). A minor without an entry may
+// be upgraded from any patch.
 var EtcdUpgradeMinimum = map[string]string{
-	"3.5": "3.5.26",
+	"3.5": "3.5.32",
 	"3.6": "3.6.11",
 }
 

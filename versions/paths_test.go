@@ -52,14 +52,14 @@ func TestUpgradePath(t *testing.T) {
 			want: []string{"EtcdMinorSkip etcd", "EtcdMinimumPatch etcd"}},
 
 		// etcd's minimum patch, both sides of each boundary.
-		{name: "etcd 3.5.25 -> 3.6", from: k("3.5.25", "v1.36.3"), to: k("3.6.16", "v1.36.3"),
+		{name: "etcd 3.5.31 -> 3.6", from: k("3.5.31", "v1.36.3"), to: k("3.6.16", "v1.36.3"),
 			want: []string{"EtcdMinimumPatch etcd"},
-			msg:  []string{"etcd 3.5.25 -> 3.6.16", "only from 3.5.26 or later", "upgrade to a release with etcd 3.5.26 or a later 3.5 patch first"}},
-		{name: "etcd 3.5.26 -> 3.6", from: k("3.5.26", "v1.36.3"), to: k("3.6.16", "v1.36.3")},
+			msg:  []string{"etcd 3.5.31 -> 3.6.16", "only from 3.5.32 or later", "upgrade to a release with etcd 3.5.32 or a later 3.5 patch first"}},
+		{name: "etcd 3.5.32 -> 3.6", from: k("3.5.32", "v1.36.3"), to: k("3.6.16", "v1.36.3")},
 		{name: "etcd 3.6.10 -> 3.7", from: k("3.6.10", "v1.36.3"), to: k("3.7.3", "v1.36.3"),
 			want: []string{"EtcdMinimumPatch etcd"}, msg: []string{"3.6.11 or later", "etcd 3.6.11 or a later 3.6 patch"}},
 		{name: "etcd 3.6.11 -> 3.7", from: k("3.6.11", "v1.36.3"), to: k("3.7.3", "v1.36.3")},
-		{name: "etcd 3.5.25 patch upgrade needs no minimum", from: k("3.5.25", "v1.36.3"), to: k("3.5.26", "v1.36.3")},
+		{name: "etcd 3.5.31 patch upgrade needs no minimum", from: k("3.5.31", "v1.36.3"), to: k("3.5.32", "v1.36.3")},
 
 		// No etcd downgrade, minor or patch.
 		{name: "etcd minor downgrade", from: k("3.6.16", "v1.36.3"), to: k("3.5.35", "v1.36.3"),
@@ -72,7 +72,7 @@ func TestUpgradePath(t *testing.T) {
 			want: []string{"EtcdMinorSkip etcd"}},
 		{name: "digest-pinned etcd below minimum", from: k("@3.5.21", "v1.36.3"), to: k("3.6.16", "v1.36.3"),
 			want: []string{"EtcdMinimumPatch etcd"}},
-		{name: "digest-pinned etcd allowed", from: k("@3.5.26", "v1.36.3"), to: k("@3.6.16", "v1.36.3")},
+		{name: "digest-pinned etcd allowed", from: k("@3.5.32", "v1.36.3"), to: k("@3.6.16", "v1.36.3")},
 		{name: "digest-pinned etcd patch downgrade", from: k("@3.6.16", "v1.36.3"), to: k("@3.6.5", "v1.36.3"),
 			want: []string{"EtcdDowngrade etcd"}},
 

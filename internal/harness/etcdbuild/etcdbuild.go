@@ -35,7 +35,7 @@ type Build struct {
 
 // Builds is every etcd the test bed can run, oldest first. An upgrade test
 // goes from Builds[0] to Builds[1]. 3.5.35 is the newest 3.5 the module
-// proxy serves; an upgrade to 3.6 needs at least 3.5.26.
+// proxy serves; an upgrade to 3.6 needs at least 3.5.32.
 var Builds = []Build{
 	{Minor: "3.5", ModuleVersion: "v3.5.35", Image: "registry.k8s.io/etcd:3.5.35-0", ToolDir: "internal/harness/tools/etcd35"},
 	{Minor: "3.6", ModuleVersion: "v3.6.16", Image: "registry.k8s.io/etcd:3.6.16-0", ToolDir: "internal/harness/tools/etcd36"},
