@@ -67,8 +67,8 @@ bench: ## performance benchmarks: one table, also written into docs/performance.
 # One build configuration for the demo, stratum-upgrade, the stand-ins and
 # etcd (internal/harness/etcdbuild uses -trimpath, CGO_ENABLED=0): from a cold cache
 # the standard library and the shared modules compile once, not twice.
-demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back
-	CGO_ENABLED=0 GOFLAGS="$$($(GO) env GOFLAGS) -trimpath" $(GO) run ./internal/harness/cmd/demo -version $(VERSION)
+demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back (REAL=1: the real control plane, v1.36.3 -> v1.37.2, once make real-binaries built it)
+	CGO_ENABLED=0 GOFLAGS="$$($(GO) env GOFLAGS) -trimpath" $(GO) run ./internal/harness/cmd/demo -version $(VERSION) $(if $(REAL),-real)
 
 real-binaries: ## build every real etcd and Kubernetes control plane (kube-apiserver, -controller-manager, -scheduler) into the cache, timing each (about 11 minutes per Kubernetes version from a cold build cache)
 	$(GO) run ./internal/harness/cmd/buildbins

@@ -21,7 +21,6 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
-	"github.com/ciq/stratum-upgrade/manifest"
 )
 
 // setUp builds what the demo needs and brings up the node.
@@ -39,13 +38,14 @@ func (d *demo) setUp(ctx context.Context) error {
 		return err
 	}
 	d.say("building stratum-upgrade, the stand-ins, etcd %s and etcd %s (etcd and the stand-ins are cached in %s)",
-		strings.TrimPrefix(etcdbuild.Builds[0].ModuleVersion, "v"), strings.TrimPrefix(etcdbuild.Builds[1].ModuleVersion, "v"), cache)
+		strings.TrimPrefix(d.sc.etcdFrom.ModuleVersion, "v"), strings.TrimPrefix(d.sc.etcdTo.ModuleVersion, "v"), cache)
 	if err := d.build(ctx); err != nil {
 		return err
 	}
 	began := time.Now()
 	d.node, err = testbed.StartNode(ctx, testbed.Options{
-		StateFile: stateFile,
+		StateFile: d.sc.stateFile,
+		Real:      d.sc.real,
 		Root:      filepath.Join(d.tmp, "node"),
 		// A visible but short wait for kubelet at every container start.
 		StartDelay: time.Second,
@@ -53,7 +53,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for ref, mode := range brokenImages {
+	for ref, mode := range d.sc.brokenImages {
 		comp := componentOf(ref)
 		img := kubeletsim.Image{Binary: d.node.StandinBinary(comp), Env: map[string]string{
 			standin.EnvMode: string(mode), standin.EnvEvents: d.node.EventsFile,
@@ -62,7 +62,7 @@ func (d *demo) setUp(ctx context.Context) error {
 			return fmt.Errorf("map image %s: %w", ref, err)
 		}
 	}
-	for _, f := range []string{goodFile, brokenFile} {
+	for _, f := range []string{d.sc.goodFile, d.sc.brokenFile} {
 		b, err := os.ReadFile(filepath.Join(repo, "testdata/demo", f))
 		if err != nil {
 			return fmt.Errorf("demo release: %w", err)
@@ -82,8 +82,8 @@ func (d *demo) setUp(ctx context.Context) error {
 	d.globals = []string{"--manifest-dir=" + rel(d.node.ManifestDir), "--state-dir=stratum", "--proc-scope=" + pid}
 	st := d.node.State
 	d.say("node %s up in %s: the kubelet stand-in (pid %s) runs the static pods of %s: real etcd %s,",
-		st.NodeName, time.Since(began).Round(100*time.Millisecond), pid, rel(d.node.ManifestDir), etcdbuild.Builds[0].Minor)
-	d.say("  stand-ins answering the health checks of %s", strings.Join(manifest.NamesFor(st)[1:], ", "))
+		st.NodeName, time.Since(began).Round(100*time.Millisecond), pid, rel(d.node.ManifestDir), d.sc.etcdFrom.Minor)
+	d.say("  %s", d.sc.components(st))
 	d.say("the commands run in %s, each with the flags (--proc-scope: see only this node's processes)", d.tmp)
 	d.say("  %s", strings.Join(d.globals, " "))
 	return nil

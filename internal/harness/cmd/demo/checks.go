@@ -15,20 +15,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
 // checkEtcdUpgraded asks etcd which version it serves and reads back the
-// key written under 3.5.
+// key written under the etcd before.
 func (d *demo) checkEtcdUpgraded(ctx context.Context) error {
 	v, err := d.etcdVersion(ctx)
 	if err != nil {
 		return err
 	}
-	want := etcdbuild.Builds[1].Minor + "."
+	want := d.sc.etcdTo.Minor + "."
 	if !strings.HasPrefix(v, want) {
 		return fmt.Errorf("etcd serves %s after the upgrade, want %s*", v, want)
 	}
@@ -36,7 +35,7 @@ func (d *demo) checkEtcdUpgraded(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(got, "etcd "+etcdbuild.Builds[0].Minor+".") {
+	if !strings.HasPrefix(got, "etcd "+d.sc.etcdFrom.Minor+".") {
 		return fmt.Errorf("etcd %s: the key written before the upgrade reads %q", v, got)
 	}
 	fmt.Fprintln(d.w)
@@ -44,15 +43,15 @@ func (d *demo) checkEtcdUpgraded(ctx context.Context) error {
 	return nil
 }
 
-// checkRolledBack checks the scheduler's manifest names v1.34.5 again and
-// every component answers.
+// checkRolledBack checks the scheduler's manifest names the good release's
+// image again and every component answers.
 func (d *demo) checkRolledBack(ctx context.Context) error {
 	p := filepath.Join(d.node.ManifestDir, manifest.FileName(nodestate.Scheduler))
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return fmt.Errorf("after the rollback: %w", err)
 	}
-	want := "image: " + testbed.ModeImage(nodestate.Scheduler, "v1.34.5", "") + "\n"
+	want := "image: " + testbed.ModeImage(nodestate.Scheduler, d.sc.good, "") + "\n"
 	if !strings.Contains(string(b), want) {
 		return fmt.Errorf("after the rollback %s does not hold %q", p, strings.TrimSpace(want))
 	}

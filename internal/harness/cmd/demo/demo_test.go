@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
@@ -56,16 +57,16 @@ type demoRun struct {
 	err      error // cmd.Wait's, once finished is closed
 }
 
-// startDemo starts the demo with TMPDIR set to a fresh temp dir. The
-// command gets SIGINT when the test ends early, so the demo still tears
+// startDemo starts the demo with args and TMPDIR set to a fresh temp dir.
+// The command gets SIGINT when the test ends early, so the demo still tears
 // its node down.
-func startDemo(t *testing.T) *demoRun {
+func startDemo(t *testing.T, args ...string) *demoRun {
 	t.Helper()
 	bin := buildDemo(t)
 	tmp := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, bin)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -218,4 +219,85 @@ func TestDemoInterrupted(t *testing.T) {
 		}
 	}
 	checkNothingLeft(t, r.tmp)
+}
+
+// TestDemoReal runs the demo on the real control plane, as `make demo
+// REAL=1` does, when make real-binaries has built it: v1.36.3 -> v1.37.2
+// with etcd 3.6 -> 3.7 commits, the broken rebuild of v1.37.2 rolls back,
+// and the ConfigMap written before reads back after both.
+func TestDemoReal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo on the real control plane: minutes")
+	}
+	if msg := realPlane.notBuilt(kubebuild.Built); msg != "" {
+		t.Skipf("%s (this test does not build it)", msg)
+	}
+	r := startDemo(t, "-real")
+	code := r.wait(t)
+	s := r.out.String()
+	t.Logf("demo output:\n%s", s)
+	if code != 0 {
+		t.Fatalf("demo -real exited %d, want 0", code)
+	}
+	for _, want := range []string{
+		"the real kube-apiserver, kube-controller-manager, kube-scheduler v1.36.3",
+		`through it the demo created ConfigMap default/demo-written-by, written-by = "kube-apiserver v1.36.3"`,
+		"+    image: registry.k8s.io/etcd:3.7.3-0",
+		"committed: node state is now v1.37.2",
+		"# etcd now serves 3.7.",
+		`demo/written-by still reads "etcd 3.6.`,
+		`# after the upgrade kube-apiserver serves v1.37.2 and read back ConfigMap default/demo-written-by: written-by = "kube-apiserver v1.36.3"`,
+		"rolling back: kube-scheduler",
+		"rolled back ",
+		"[exit 3, as expected]",
+		"kube-scheduler's manifest names registry.k8s.io/kube-scheduler:v1.37.2 again",
+		`# after the rollback kube-apiserver serves v1.37.2 and read back ConfigMap default/demo-written-by: written-by = "kube-apiserver v1.36.3"`,
+		"v1.37.2 committed (etcd 3.6 -> 3.7), v1.37.2-broken rolled back, nothing left behind",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	checkNothingLeft(t, r.tmp)
+}
+
+// TestDemoRealNotBuilt: -real without the real binaries says so in one
+// line naming make real-binaries and exits 1, having done nothing else
+// (STRATUM_CACHE at an empty directory: kubebuild.Built is false).
+func TestDemoRealNotBuilt(t *testing.T) {
+	for _, c := range []struct {
+		built   map[string]bool
+		missing string
+	}{
+		{map[string]bool{"v1.36.3": true, "v1.37.2": true}, ""},
+		{map[string]bool{"v1.36.3": true}, "Kubernetes v1.37.2:"},
+		{map[string]bool{}, "Kubernetes v1.36.3 and v1.37.2:"},
+	} {
+		msg := realPlane.notBuilt(func(v string) bool { return c.built[v] })
+		if c.missing == "" {
+			if msg != "" {
+				t.Errorf("built %v: %q, want none", c.built, msg)
+			}
+			continue
+		}
+		if !strings.Contains(msg, c.missing) || !strings.Contains(msg, "`make real-binaries`") || strings.Contains(msg, "\n") {
+			t.Errorf("built %v: %q, want one line naming %s and make real-binaries", c.built, msg, c.missing)
+		}
+	}
+
+	bin := buildDemo(t)
+	tmp := t.TempDir()
+	cmd := exec.Command(bin, "-real")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "STRATUM_CACHE="+t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	code := exitCode(t, cmd.Run())
+	s := out.String()
+	if code != 1 {
+		t.Errorf("demo -real without the binaries exited %d, want 1:\n%s", code, s)
+	}
+	if strings.Count(s, "\n") != 1 || !strings.Contains(s, "`make real-binaries`") || !strings.Contains(s, "not built") {
+		t.Errorf("demo -real without the binaries printed %q, want one line naming make real-binaries", s)
+	}
+	checkNothingLeft(t, tmp)
 }

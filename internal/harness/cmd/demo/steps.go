@@ -20,6 +20,7 @@ import (
 
 // steps is the transcript.
 func (d *demo) steps(ctx context.Context) error {
+	sc := d.sc
 	steps := []func(context.Context) error{
 		func(ctx context.Context) error { return d.su(ctx, exitOK, "version") },
 		func(ctx context.Context) error {
@@ -40,33 +41,50 @@ func (d *demo) steps(ctx context.Context) error {
 			d.say("etcd serves %s; the demo wrote the key demo/written-by = %q into it", v, "etcd "+v)
 			return nil
 		},
+	}
+	if sc.real {
+		steps = append(steps, d.writeConfigMap)
+	}
+	steps = append(steps,
 		func(ctx context.Context) error {
 			fmt.Fprintln(d.w)
-			d.say("what would an upgrade to v1.34.5 change? (plan writes nothing)")
-			return d.plan(ctx, goodFile)
+			d.say("what would an upgrade to %s change? (plan writes nothing)", sc.good)
+			return d.plan(ctx, sc.goodFile)
 		},
 		func(ctx context.Context) error {
 			fmt.Fprintln(d.w)
 			d.say("the upgrade: back up etcd's data, replace each component in roster order, wait for kubelet")
 			d.say("to restart it and for the new process to answer, verify all of them for %s, commit", soak)
-			return d.su(ctx, exitOK, "run", "--to", goodFile, "--soak", soak)
+			return d.su(ctx, exitOK, append([]string{"run", "--to", sc.goodFile}, sc.goodFlags...)...)
 		},
 		d.checkEtcdUpgraded,
+	)
+	if sc.real {
+		steps = append(steps, d.readConfigMap("the upgrade"))
+	}
+	steps = append(steps,
 		func(ctx context.Context) error {
 			fmt.Fprintln(d.w)
-			d.say("v1.34.6 is broken: its kube-scheduler runs but never opens its health port")
-			return d.plan(ctx, brokenFile)
+			for _, l := range sc.brokenSay {
+				d.say("%s", l)
+			}
+			return d.plan(ctx, sc.brokenFile, sc.brokenFlags...)
 		},
 		func(ctx context.Context) error {
 			fmt.Fprintln(d.w)
 			d.say("the upgrade gives up on kube-scheduler after --active-timeout and rolls every component it")
-			d.say("changed back to the snapshot it took first: exit 3, the node runs v1.34.5 again")
-			return d.su(ctx, exitRolledBack, "run", "--to", brokenFile, "--active-timeout", activeTimeout, "--soak", soak)
+			d.say("changed back to the snapshot it took first: exit 3, the node runs %s again", sc.good)
+			return d.su(ctx, exitRolledBack, append([]string{"run", "--to", sc.brokenFile}, sc.brokenFlags...)...)
 		},
 		d.checkRolledBack,
+	)
+	if sc.real {
+		steps = append(steps, d.readConfigMap("the rollback"))
+	}
+	steps = append(steps,
 		func(ctx context.Context) error { return d.su(ctx, exitOK, "status") },
 		func(ctx context.Context) error { return d.su(ctx, exitOK, "history") },
-	}
+	)
 	for _, step := range steps {
 		err := step(ctx)
 		if ctx.Err() != nil {
@@ -86,9 +104,14 @@ func (d *demo) steps(ctx context.Context) error {
 // lines: the context lines would make the transcript three times longer.
 const planFilter = `^(upgrade|etcd|\+\+\+|[-+] )`
 
-// plan runs plan --to release, showing the lines planFilter keeps.
-func (d *demo) plan(ctx context.Context, release string) error {
-	return d.run(ctx, exitOK, regexp.MustCompile(planFilter), "plan", "--to", release)
+// plan runs plan --to release, showing the lines planFilter keeps; of
+// run's flags, it takes --ignore-preflight-errors.
+func (d *demo) plan(ctx context.Context, release string, runFlags ...string) error {
+	args := []string{"plan", "--to", release}
+	if i := slices.Index(runFlags, "--ignore-preflight-errors"); i >= 0 && i+1 < len(runFlags) {
+		args = append(args, runFlags[i:i+2]...)
+	}
+	return d.run(ctx, exitOK, regexp.MustCompile(planFilter), args...)
 }
 
 // su runs stratum-upgrade with args (and the hidden global flags) in the
