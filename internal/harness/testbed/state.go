@@ -169,7 +169,7 @@ func portRange() (lo, hi int) {
 	return 10000, first
 }
 
-// kubeconfigClients are the kubeconfigs writeKubeconfigs writes, each with
+// kubeconfigClients are the kubeconfigs WriteKubeconfigs writes, each with
 // the client certificate (GeneratePKI's name) it authenticates with.
 var kubeconfigClients = map[string]string{
 	"admin.conf":              "admin",
@@ -177,11 +177,12 @@ var kubeconfigClients = map[string]string{
 	"scheduler.conf":          "scheduler",
 }
 
-// writeKubeconfigs writes kubeadm's admin, controller-manager and scheduler
-// kubeconfigs for the node's apiserver, each carrying its client
-// certificate, so that a real controller-manager and scheduler
-// authenticate (the stand-ins read none of it).
-func writeKubeconfigs(st *nodestate.NodeState) error {
+// WriteKubeconfigs writes kubeadm's admin, controller-manager and scheduler
+// kubeconfigs for the node's apiserver into st.KubeconfigDir, each carrying
+// its client certificate (GeneratePKI's), so that a real controller-manager
+// and scheduler authenticate (the stand-ins read none of it). The
+// end-to-end node (package e2e) writes its kubeconfigs with it too.
+func WriteKubeconfigs(st *nodestate.NodeState) error {
 	for name, cert := range kubeconfigClients {
 		b := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://%s\n    certificate-authority: %s\ncontexts:\n- name: default\n  context: {cluster: kubernetes, user: default}\ncurrent-context: default\nusers:\n- name: default\n  user:\n    client-certificate: %s\n    client-key: %s\n",
 			net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.APIServer)), filepath.Join(st.PKIDir, "ca.crt"),
