@@ -116,12 +116,17 @@ func ImageSet(b *Binaries) []Image {
 			}
 		}
 		sort.Strings(tags[1:])
-		imgs = append(imgs, Image{
-			Tags:       tags,
-			Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
-			Entrypoint: []string{"/usr/local/bin/etcd"},
-			Env:        []string{imagePath, ImageEnv + "=" + eb.Image},
-		})
+		// One image per reference, so that each says its own in ImageEnv
+		// (the check that a process runs its manifest's image); the
+		// layer is the same and stored once.
+		for _, ref := range tags {
+			imgs = append(imgs, Image{
+				Tags:       []string{ref},
+				Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
+				Entrypoint: []string{"/usr/local/bin/etcd"},
+				Env:        []string{imagePath, ImageEnv + "=" + ref},
+			})
+		}
 	}
 	return imgs
 }
