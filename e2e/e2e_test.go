@@ -186,6 +186,8 @@ func TestRealKubelet(t *testing.T) {
 		}
 		checkConverged(t, n, engine.Committed, nil)
 	})
+
+	t.Run("real-control-plane", func(t *testing.T) { realScenarios(t, h, rep) })
 }
 
 // report is what the end-to-end run measured.
