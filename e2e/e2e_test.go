@@ -51,18 +51,6 @@ func TestRealKubelet(t *testing.T) {
 		}
 	})
 
-	t.Run("scheduler-never-healthy-rolls-back", func(t *testing.T) {
-		n := resetNode(t, h)
-		before := n.manifests(t)
-		rel := n.writeRelease(t, "v1.34.5-scheduler-never-listen", false, nodestate.Scheduler, standin.ModeNeverListen)
-		r := n.run(t, runOpts{flags: failingFlags}, "run", "--to", rel)
-		rep.add(t, "scheduler never listens: automatic rollback (--active-timeout 45s)", r)
-		if r.code != 3 {
-			t.Fatalf("run exited %d, want 3 (rolled back):\n%s", r.code, r.output())
-		}
-		checkConverged(t, n, engine.RolledBack, before)
-	})
-
 	t.Run("scheduler-crashes-in-soak-rolls-back", func(t *testing.T) {
 		n := resetNode(t, h)
 		before := n.manifests(t)
@@ -186,6 +174,8 @@ func TestRealKubelet(t *testing.T) {
 		}
 		checkConverged(t, n, engine.Committed, nil)
 	})
+
+	t.Run("real-control-plane", func(t *testing.T) { realScenarios(t, h, rep) })
 }
 
 // report is what the end-to-end run measured.

@@ -130,3 +130,34 @@ func TestCachedArchive(t *testing.T) {
 		t.Errorf("old archive %s not removed", p1)
 	}
 }
+
+// TestRealImageSet: each real binary is its registry.k8s.io reference's
+// image, at /usr/local/bin/<component>, PATH and ImageEnv set, no stand-in
+// mode.
+func TestRealImageSet(t *testing.T) {
+	bins := map[string]string{
+		RealImage("kube-scheduler", "v1.37.2"): "/b/sched",
+		RealImage("kube-apiserver", "v1.36.3"): "/b/api",
+	}
+	imgs := RealImageSet(bins)
+	if len(imgs) != 2 {
+		t.Fatalf("%d images, want 2", len(imgs))
+	}
+	api := imgs[0]
+	if got := api.Tags; len(got) != 1 || got[0] != "registry.k8s.io/kube-apiserver:v1.36.3" {
+		t.Errorf("tags %v", got)
+	}
+	if len(api.Files) != 1 || api.Files[0].Path != "/usr/local/bin/kube-apiserver" || api.Files[0].Source != "/b/api" {
+		t.Errorf("files %+v", api.Files)
+	}
+	if len(api.Entrypoint) != 1 || api.Entrypoint[0] != "/usr/local/bin/kube-apiserver" {
+		t.Errorf("entrypoint %v", api.Entrypoint)
+	}
+	want := []string{imagePath, ImageEnv + "=registry.k8s.io/kube-apiserver:v1.36.3"}
+	if len(api.Env) != 2 || api.Env[0] != want[0] || api.Env[1] != want[1] {
+		t.Errorf("env %v, want %v", api.Env, want)
+	}
+	if imgs[1].Files[0].Path != "/usr/local/bin/kube-scheduler" {
+		t.Errorf("scheduler at %s", imgs[1].Files[0].Path)
+	}
+}

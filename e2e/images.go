@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -112,12 +116,17 @@ func ImageSet(b *Binaries) []Image {
 			}
 		}
 		sort.Strings(tags[1:])
-		imgs = append(imgs, Image{
-			Tags:       tags,
-			Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
-			Entrypoint: []string{"/usr/local/bin/etcd"},
-			Env:        []string{imagePath, ImageEnv + "=" + eb.Image},
-		})
+		// One image per reference, so that each says its own in ImageEnv
+		// (the check that a process runs its manifest's image); the
+		// layer is the same and stored once.
+		for _, ref := range tags {
+			imgs = append(imgs, Image{
+				Tags:       []string{ref},
+				Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
+				Entrypoint: []string{"/usr/local/bin/etcd"},
+				Env:        []string{imagePath, ImageEnv + "=" + ref},
+			})
+		}
 	}
 	return imgs
 }
@@ -137,6 +146,84 @@ func BuildImages() (archive string, written bool, err error) {
 	archive, written, err = CachedArchive(filepath.Join(cache, "e2e", "images"), ImageSet(b))
 	if err != nil {
 		return "", false, fmt.Errorf("e2e images: %w", err)
+	}
+	return archive, written, nil
+}
+
+// RealImage is the reference of the real component's image at a
+// kubebuild.Versions version, as registry.k8s.io names it
+// ("registry.k8s.io/kube-apiserver:v1.36.3").
+func RealImage(component, version string) string {
+	return testbed.Repos[component] + ":" + version
+}
+
+// RealBinaries returns the real kube-apiserver, kube-controller-manager and
+// kube-scheduler of every kubebuild.Versions version by their image
+// reference (RealImage), building a version first if the cache lacks it
+// (kubebuild.Binaries: minutes each from a cold build cache, nothing when
+// cached). kubebuild builds with CGO_ENABLED=0; each binary is checked to
+// be static, since its image holds nothing else.
+func RealBinaries(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range kubebuild.Versions {
+		paths, err := kubebuild.Binaries(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		for comp, p := range paths {
+			static, err := IsStatic(p)
+			if err != nil {
+				return nil, err
+			}
+			if !static {
+				return nil, fmt.Errorf("%s %s at %s is dynamically linked: an image of one binary cannot run it", comp, v, p)
+			}
+			out[RealImage(comp, v)] = p
+		}
+	}
+	return out, nil
+}
+
+// RealImageSet is an image per entry of bins (RealBinaries: reference ->
+// binary), sorted by reference: the binary at /usr/local/bin/<component>,
+// PATH set (the renderer's command is the bare name, as in the real
+// images), ImageEnv its reference, and no STANDIN_MODE.
+func RealImageSet(bins map[string]string) []Image {
+	refs := make([]string, 0, len(bins))
+	for ref := range bins {
+		refs = append(refs, ref)
+	}
+	sort.Strings(refs)
+	imgs := make([]Image, 0, len(refs))
+	for _, ref := range refs {
+		repo, _, _ := strings.Cut(ref, ":")
+		bin := "/usr/local/bin/" + path.Base(repo)
+		imgs = append(imgs, Image{
+			Tags:       []string{ref},
+			Files:      []ImageFile{{Path: bin, Source: bins[ref], Mode: 0o755}},
+			Entrypoint: []string{bin},
+			Env:        []string{imagePath, ImageEnv + "=" + ref},
+		})
+	}
+	return imgs
+}
+
+// BuildRealImages returns a docker-archive of RealImageSet, cached under
+// <cache>/e2e/real-images apart from BuildImages' archive: its six images
+// are about 560 MB, so only the scenarios that run them import it
+// (Host.Import), and a change to the stand-in does not rewrite it.
+func BuildRealImages(ctx context.Context) (archive string, written bool, err error) {
+	bins, err := RealBinaries(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", false, err
+	}
+	archive, written, err = CachedArchive(filepath.Join(cache, "e2e", "real-images"), RealImageSet(bins))
+	if err != nil {
+		return "", false, fmt.Errorf("e2e real images: %w", err)
 	}
 	return archive, written, nil
 }

@@ -37,6 +37,18 @@ authentication:
 authorization:
   mode: AlwaysAllow
 resolvConf: /etc/resolv.conf
+# The disk is the host's, shared with everything else on it: kubelet's
+# default thresholds (imagefs.available<15%, image GC from 85% use) put the
+# node under disk pressure when the disk, not this node, filled up, and
+# image GC then deleted the imported images, pause included, so no pod
+# could start. "0%" turns a threshold off; GC would start at 100% use.
+evictionHard:
+  memory.available: "0%"
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 `
 
 // StartKubelet starts kubelet (again) and waits until its healthz answers.

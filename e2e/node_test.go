@@ -44,11 +44,34 @@ type node struct {
 // VIP here, so no such pod).
 var componentNames = []string{nodestate.Etcd, nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler}
 
-// resetNode removes every manifest, waits until kubelet has stopped every
-// pod, and makes a fresh node: a single-member etcd 3.5 and the stand-ins
-// at v1.34.4 on free loopback ports, kubeadm's PKI, imported with
-// `stratum-upgrade init`, every component active.
+// nodeSpec is what resetNodeFrom makes a node from.
+type nodeSpec struct {
+	// stateFile is the node state, relative to the repository root
+	// (default testdata/states/default.yaml: etcd 3.5 and the stand-ins
+	// at v1.34.4).
+	stateFile string
+	// real is a node of the real control plane (testdata/states/real.yaml
+	// and RealBinaries' images): kube-apiserver gets
+	// --endpoint-reconciler-type=none, as testbed.Options.Real does, since
+	// v1.37 refuses to reconcile the loopback advertise address.
+	real bool
+	// mutate edits the state before it is saved and imported.
+	mutate func(*nodestate.NodeState)
+}
+
+// resetNode is resetNodeFrom the default state: etcd 3.5 and the
+// stand-ins at v1.34.4.
 func resetNode(t *testing.T, h *Host) *node {
+	t.Helper()
+	return resetNodeFrom(t, h, nodeSpec{})
+}
+
+// resetNodeFrom removes every manifest, waits until kubelet has stopped
+// every pod, and makes a fresh node from spec: single-member, on free
+// loopback ports, kubeadm's PKI (testbed.GeneratePKI) and kubeconfigs with
+// client certificates (testbed.WriteKubeconfigs), imported with
+// `stratum-upgrade init`, every component active.
+func resetNodeFrom(t *testing.T, h *Host, spec nodeSpec) *node {
 	t.Helper()
 	ctx := t.Context()
 	ents, _ := os.ReadDir(h.ManifestDir)
@@ -77,7 +100,10 @@ func resetNode(t *testing.T, h *Host) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := nodestate.Load(filepath.Join(repo, "testdata/states/default.yaml"))
+	if spec.stateFile == "" {
+		spec.stateFile = "testdata/states/default.yaml"
+	}
+	st, err := nodestate.Load(filepath.Join(repo, spec.stateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +122,18 @@ func resetNode(t *testing.T, h *Host) *node {
 	st.Ports = nodestate.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], EtcdMetrics: ports[2], APIServer: ports[3], ControllerManager: ports[4], Scheduler: ports[5]}
 	st.Etcd.InitialCluster = st.Etcd.MemberName + "=https://" + net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.EtcdPeer))
 	st.Etcd.InitialClusterState = "new"
+	if spec.real {
+		if st.ExtraArgs == nil {
+			st.ExtraArgs = map[string]map[string]string{}
+		}
+		if st.ExtraArgs[nodestate.KubeAPIServer] == nil {
+			st.ExtraArgs[nodestate.KubeAPIServer] = map[string]string{}
+		}
+		st.ExtraArgs[nodestate.KubeAPIServer]["endpoint-reconciler-type"] = "none"
+	}
+	if spec.mutate != nil {
+		spec.mutate(st)
+	}
 	for _, d := range []string{st.KubeconfigDir, st.ConfigDir, filepath.Dir(st.Etcd.DataDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -104,11 +142,8 @@ func resetNode(t *testing.T, h *Host) *node {
 	if err := testbed.GeneratePKI(st.PKIDir, st.NodeName, st.AdvertiseAddress); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"admin.conf", "controller-manager.conf", "scheduler.conf"} {
-		kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://127.0.0.1:%d\n    certificate-authority: %s\n", st.Ports.APIServer, filepath.Join(st.PKIDir, "ca.crt"))
-		if err := os.WriteFile(filepath.Join(st.KubeconfigDir, name), []byte(kc), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := testbed.WriteKubeconfigs(st); err != nil {
+		t.Fatal(err)
 	}
 	if err := st.Save(n.stateFile); err != nil {
 		t.Fatal(err)

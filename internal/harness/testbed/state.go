@@ -3,6 +3,7 @@ package testbed
 // This file prepares a node's state: the state file rewritten into the root, free ports and kubeconfigs.
 
 import (
+	"encoding/base64"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -169,7 +170,7 @@ func portRange() (lo, hi int) {
 	return 10000, first
 }
 
-// kubeconfigClients are the kubeconfigs writeKubeconfigs writes, each with
+// kubeconfigClients are the kubeconfigs WriteKubeconfigs writes, each with
 // the client certificate (GeneratePKI's name) it authenticates with.
 var kubeconfigClients = map[string]string{
 	"admin.conf":              "admin",
@@ -177,15 +178,38 @@ var kubeconfigClients = map[string]string{
 	"scheduler.conf":          "scheduler",
 }
 
-// writeKubeconfigs writes kubeadm's admin, controller-manager and scheduler
-// kubeconfigs for the node's apiserver, each carrying its client
-// certificate, so that a real controller-manager and scheduler
-// authenticate (the stand-ins read none of it).
-func writeKubeconfigs(st *nodestate.NodeState) error {
+// WriteKubeconfigs writes kubeadm's admin, controller-manager and scheduler
+// kubeconfigs for the node's apiserver into st.KubeconfigDir, each carrying
+// its client certificate (GeneratePKI's), so that a real controller-manager
+// and scheduler authenticate (the stand-ins read none of it). As kubeadm
+// does, the CA, the certificate and the key are embedded (*-data): the
+// rendered scheduler pod mounts only scheduler.conf, so under a real
+// container runtime a kubeconfig naming files in the PKI directory could
+// not be read. The end-to-end node (package e2e) writes its kubeconfigs
+// with it too.
+func WriteKubeconfigs(st *nodestate.NodeState) error {
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(st.PKIDir, name))
+		if err != nil {
+			return "", fmt.Errorf("testbed kubeconfig: %w", err)
+		}
+		return base64.StdEncoding.EncodeToString(b), nil
+	}
+	ca, err := read("ca.crt")
+	if err != nil {
+		return err
+	}
 	for name, cert := range kubeconfigClients {
-		b := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://%s\n    certificate-authority: %s\ncontexts:\n- name: default\n  context: {cluster: kubernetes, user: default}\ncurrent-context: default\nusers:\n- name: default\n  user:\n    client-certificate: %s\n    client-key: %s\n",
-			net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.APIServer)), filepath.Join(st.PKIDir, "ca.crt"),
-			filepath.Join(st.PKIDir, cert+".crt"), filepath.Join(st.PKIDir, cert+".key"))
+		crt, err := read(cert + ".crt")
+		if err != nil {
+			return err
+		}
+		key, err := read(cert + ".key")
+		if err != nil {
+			return err
+		}
+		b := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: kubernetes\n  cluster:\n    server: https://%s\n    certificate-authority-data: %s\ncontexts:\n- name: default\n  context: {cluster: kubernetes, user: default}\ncurrent-context: default\nusers:\n- name: default\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n",
+			net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.APIServer)), ca, crt, key)
 		if err := os.WriteFile(filepath.Join(st.KubeconfigDir, name), []byte(b), 0o600); err != nil {
 			return fmt.Errorf("testbed kubeconfig: %w", err)
 		}

@@ -166,7 +166,7 @@ func StartNode(ctx context.Context, opts Options) (*Node, error) {
 	if err := GeneratePKI(st.PKIDir, st.NodeName, st.AdvertiseAddress); err != nil {
 		return nil, err
 	}
-	if err := writeKubeconfigs(st); err != nil {
+	if err := WriteKubeconfigs(st); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(n.ManifestDir, manifest.DirMode); err != nil {

@@ -1,0 +1,323 @@
+package e2e
+
+// This file holds the scenarios on the real control plane: the real
+// kube-apiserver, kube-controller-manager and kube-scheduler (kubebuild)
+// and real etcd, each in an image of its own, under the real kubelet.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// The real control plane's upgrade: testdata/states/real.yaml's
+// Kubernetes and etcd to the next minor of each.
+const (
+	realFrom     = "v1.36.3" // testdata/states/real.yaml, kubebuild.Versions[0]
+	realTo       = "v1.37.2" // kubebuild.Versions[1]
+	realEtcdFrom = "3.6"     // real.yaml's etcd 3.6.16
+	realEtcdTo   = "3.7"
+)
+
+// removedGate is a feature gate kube-apiserver v1.36.3 accepts (GA and
+// locked, it logs "setting GA feature gate. It will be removed in a
+// future release") and v1.37.2 no longer has: it exits at once with
+// "unrecognized feature gate". A node that set it while it was beta and
+// never took it out is the realistic way an apiserver upgrade fails on the
+// node's own flags: stratum's pre-flight checks flag names against the
+// target's table, not feature-gate names.
+const (
+	removedGate    = "StructuredAuthenticationConfiguration"
+	removedGateErr = "unrecognized feature gate: " + removedGate
+)
+
+// realScenarios are the committed upgrade and the rollback of docs/e2e.md
+// on the real control plane, on h, after importing RealBinaries' images
+// (built if not cached).
+func realScenarios(t *testing.T, h *Host, rep *report) {
+	if kubebuild.Versions[0] != realFrom || kubebuild.Versions[1] != realTo {
+		t.Fatalf("kubebuild.Versions %v: these scenarios upgrade %s -> %s", kubebuild.Versions, realFrom, realTo)
+	}
+	var importErr error
+	var once sync.Once
+	imported := func(t *testing.T) {
+		t.Helper()
+		once.Do(func() {
+			start := time.Now()
+			archive, written, err := BuildRealImages(t.Context())
+			if err != nil {
+				importErr = err
+				return
+			}
+			t.Logf("real images %s (written now: %v) in %s", archive, written, time.Since(start).Round(time.Millisecond))
+			importErr = h.Import(t.Context(), archive)
+		})
+		if importErr != nil {
+			t.Fatal(importErr)
+		}
+	}
+
+	t.Run("real-commit-kube-minor-and-etcd-minor", func(t *testing.T) {
+		imported(t)
+		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true})
+		api := n.apiClient(t)
+		api.checkVersion(t, realFrom)
+		api.createConfigMap(t, "stratum-e2e", "before the upgrade")
+		holders := api.leaseHolders(t, nil)
+		rel := n.realRelease(t)
+		r := n.run(t, runOpts{}, "run", "--to", rel)
+		rep.add(t, fmt.Sprintf("real control plane commit (etcd 3.6.16 -> 3.7.3, kube-apiserver, -controller-manager, -scheduler %s -> %s), default deadlines", realFrom, realTo), r)
+		if r.code != 0 {
+			t.Fatalf("run exited %d, want 0:\n%s", r.code, r.output())
+		}
+		checkConverged(t, n, engine.Committed, nil)
+		api.checkVersion(t, realTo)
+		api.checkConfigMap(t, "stratum-e2e", "before the upgrade")
+		// The new controller-manager and scheduler took the leases: a
+		// holder is <host>_<uuid>, a new uuid per process.
+		api.leaseHolders(t, holders)
+		if v := etcdclient.Version(t, n); !strings.HasPrefix(v, "3.7.") {
+			t.Errorf("etcd serves %s after the upgrade, want 3.7", v)
+		}
+	})
+
+	t.Run("real-rollback-apiserver-rejects-node-flags", func(t *testing.T) {
+		imported(t)
+		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true, mutate: func(st *nodestate.NodeState) {
+			st.ExtraArgs[nodestate.KubeAPIServer]["feature-gates"] = removedGate + "=true"
+		}})
+		api := n.apiClient(t)
+		api.checkVersion(t, realFrom)
+		api.createConfigMap(t, "stratum-e2e", "before the upgrade")
+		before := n.manifests(t)
+		rel := n.realRelease(t)
+		// Once the engine waits for the new apiserver to answer, look
+		// for its reason in the container's log (kubelet drops the log
+		// with the pod, so catch it while it is there).
+		var gateSeen chan string
+		r := n.run(t, runOpts{flags: failingFlags, onEvent: func(ev engine.Event) {
+			if gateSeen == nil && ev.Phase == "applying" && ev.Component == nodestate.KubeAPIServer && ev.Step == "wait-active" {
+				gateSeen = make(chan string, 1)
+				go func() { gateSeen <- h.findPodLog(nodestate.KubeAPIServer, removedGateErr, 40*time.Second) }()
+			}
+		}}, "run", "--to", rel)
+		rep.add(t, fmt.Sprintf("real control plane: kube-apiserver %s exits on the node's --feature-gates=%s=true (removed in 1.37), rollback to %s with etcd's data restored (--active-timeout 45s)", realTo, removedGate, realFrom), r)
+		if r.code != 3 {
+			if strings.Contains(r.stdout+r.stderr, removedGate) {
+				t.Fatalf("run exited %d, want 3 (rolled back); the pre-flight names the gate, so it now refuses what this scenario rolls back: pick another failure:\n%s", r.code, r.output())
+			}
+			t.Fatalf("run exited %d, want 3 (rolled back):\n%s", r.code, r.output())
+		}
+		if gateSeen == nil {
+			t.Errorf("the engine never waited for the new kube-apiserver")
+		} else if line := <-gateSeen; line == "" {
+			t.Errorf("kube-apiserver %s's log never said %q: it failed for another reason", realTo, removedGateErr)
+		} else {
+			t.Logf("kube-apiserver %s: %s", realTo, line)
+		}
+		checkConverged(t, n, engine.RolledBack, before)
+		api.checkVersion(t, realFrom)
+		api.checkConfigMap(t, "stratum-e2e", "before the upgrade")
+		api.leaseHolders(t, nil)
+		if v := etcdclient.Version(t, n); !strings.HasPrefix(v, "3.6.") {
+			t.Errorf("etcd serves %s after the rollback, want 3.6", v)
+		}
+	})
+}
+
+// realRelease writes the release moving every component of a real node to
+// realTo and etcd to the realEtcdTo build.
+func (n *node) realRelease(t *testing.T) string {
+	t.Helper()
+	from, err := etcdbuild.Lookup(realEtcdFrom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.st.Images[nodestate.Etcd] != from.Image {
+		t.Fatalf("the real node runs %s, these scenarios upgrade etcd from %s", n.st.Images[nodestate.Etcd], from.Image)
+	}
+	to, err := etcdbuild.Lookup(realEtcdTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := engine.Release{APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: realTo,
+		Images: map[string]string{nodestate.Etcd: to.Image}}
+	for _, c := range kubebuild.Components {
+		r.Images[c] = RealImage(c, realTo)
+	}
+	return n.saveRelease(t, "release-"+realTo, r)
+}
+
+// findPodLog polls the logs of component's containers under kubelet's
+// podLogsDir for a line containing want, until timeout; it returns the
+// line, or "" if none said it.
+func (h *Host) findPodLog(component, want string, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		logs, _ := filepath.Glob(filepath.Join(h.Root, "pod-logs", "kube-system_"+component+"-*", component, "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, want) {
+					return line
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// apiClient reaches the node's real apiserver as kubernetes-admin (the
+// admin client certificate), with plain net/http.
+type apiClient struct {
+	c   *http.Client
+	url string
+}
+
+func (n *node) apiClient(t *testing.T) apiClient {
+	t.Helper()
+	tn := &testbed.Node{State: n.st}
+	c, err := tn.AdminClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Timeout = 10 * time.Second
+	return apiClient{c: c, url: tn.APIServerURL()}
+}
+
+// retry calls f every 500 ms until it succeeds or 30 s passed: a freshly
+// started apiserver answers /livez before its bootstrap controllers made
+// the kube-system namespace, and its leases come later still.
+func retry(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func (a apiClient) checkVersion(t *testing.T, want string) {
+	t.Helper()
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	retry(t, "apiserver /version", func() error { return getJSON(a.c, a.url+"/version", &v) })
+	if v.GitVersion != want {
+		t.Errorf("apiserver /version says %s, want %s", v.GitVersion, want)
+	}
+}
+
+func (a apiClient) createConfigMap(t *testing.T, name, value string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]string{"name": name}, "data": map[string]string{"value": value}})
+	retry(t, "create ConfigMap kube-system/"+name, func() error {
+		req, err := http.NewRequest(http.MethodPost, a.url+"/api/v1/namespaces/kube-system/configmaps", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := a.c.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusCreated {
+			return fmt.Errorf("POST: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		}
+		return nil
+	})
+}
+
+func (a apiClient) checkConfigMap(t *testing.T, name, want string) {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	retry(t, "read ConfigMap kube-system/"+name, func() error {
+		return getJSON(a.c, a.url+"/api/v1/namespaces/kube-system/configmaps/"+name, &cm)
+	})
+	if cm.Data["value"] != want {
+		t.Errorf("ConfigMap kube-system/%s reads %q, want %q", name, cm.Data["value"], want)
+	}
+}
+
+// leaseHolders waits (60 s at most) until the kube-controller-manager and
+// kube-scheduler leases have holders, other than not[lease] when not is
+// given, and returns them.
+func (a apiClient) leaseHolders(t *testing.T, not map[string]string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, lease := range []string{"kube-controller-manager", "kube-scheduler"} {
+		var l struct {
+			Spec struct {
+				HolderIdentity string `json:"holderIdentity"`
+			} `json:"spec"`
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			err := getJSON(a.c, a.url+"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"+lease, &l)
+			h := l.Spec.HolderIdentity
+			if err == nil && h != "" && h != not[lease] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("lease kube-system/%s: no new holder after 60s (holder %q, before %q, last error %v)", lease, h, not[lease], err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		out[lease] = l.Spec.HolderIdentity
+		t.Logf("lease kube-system/%s held by %s", lease, out[lease])
+	}
+	return out
+}
+
+// getJSON GETs url into v; a status other than 200 is an error.
+func getJSON(c *http.Client, url string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.Unmarshal(b, v)
+}
