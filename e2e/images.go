@@ -109,24 +109,12 @@ func ImageSet(b *Binaries) []Image {
 		}
 	}
 	for _, eb := range etcdbuild.Builds {
-		tags := []string{eb.Image}
-		for ref, minor := range etcdbuild.LegacyImages { // temporary, see there
-			if minor == eb.Minor {
-				tags = append(tags, ref)
-			}
-		}
-		sort.Strings(tags[1:])
-		// One image per reference, so that each says its own in ImageEnv
-		// (the check that a process runs its manifest's image); the
-		// layer is the same and stored once.
-		for _, ref := range tags {
-			imgs = append(imgs, Image{
-				Tags:       []string{ref},
-				Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
-				Entrypoint: []string{"/usr/local/bin/etcd"},
-				Env:        []string{imagePath, ImageEnv + "=" + ref},
-			})
-		}
+		imgs = append(imgs, Image{
+			Tags:       []string{eb.Image},
+			Files:      []ImageFile{{Path: "/usr/local/bin/etcd", Source: b.Etcd[eb.Image], Mode: 0o755}},
+			Entrypoint: []string{"/usr/local/bin/etcd"},
+			Env:        []string{imagePath, ImageEnv + "=" + eb.Image},
+		})
 	}
 	return imgs
 }

@@ -42,26 +42,13 @@ var Builds = []Build{
 	{Minor: "3.7", ModuleVersion: "v3.7.3", Image: "registry.k8s.io/etcd:3.7.3-0", ToolDir: "internal/harness/tools/etcd37"},
 }
 
-// LegacyImages maps the image references of builds this package made
-// before (3.5.21, 3.6.5) to the minor whose build now runs them, so that
-// the test data still naming them keeps working. Temporary: remove it once
-// the test data names the images of Builds.
-var LegacyImages = map[string]string{
-	"registry.k8s.io/etcd:3.5.21-0": "3.5",
-	"registry.k8s.io/etcd:3.6.5-0":  "3.6",
-}
-
 // BuildTimeout bounds one go build of etcd (about a minute with a warm
 // module cache on 2 cores, several from cold).
 const BuildTimeout = 15 * time.Minute
 
 // Lookup finds the Build for version, which may be a minor ("3.5"), a
-// module version ("v3.5.35", "3.5.35") or an image reference (of Builds or
-// LegacyImages).
+// module version ("v3.5.35", "3.5.35") or an image reference of Builds.
 func Lookup(version string) (Build, error) {
-	if minor, ok := LegacyImages[version]; ok {
-		version = minor
-	}
 	v := strings.TrimPrefix(version, "v")
 	for _, b := range Builds {
 		if v == b.Minor || v == strings.TrimPrefix(b.ModuleVersion, "v") || version == b.Image {

@@ -50,15 +50,15 @@ func TestLookup(t *testing.T) {
 	for v, minor := range map[string]string{
 		"3.5": "3.5", "v3.5.35": "3.5", "3.5.35": "3.5", "registry.k8s.io/etcd:3.5.35-0": "3.5",
 		"3.7": "3.7", "v3.7.3": "3.7", "registry.k8s.io/etcd:3.7.3-0": "3.7",
-		// The images of the former builds (LegacyImages).
-		"registry.k8s.io/etcd:3.5.21-0": "3.5", "registry.k8s.io/etcd:3.6.5-0": "3.6",
 	} {
 		if b, err := Lookup(v); err != nil || b.Minor != minor {
 			t.Errorf("Lookup(%q) = %+v, %v, want %s", v, b, err, minor)
 		}
 	}
-	if _, err := Lookup("3.5.21"); err == nil {
-		t.Errorf("Lookup(3.5.21) found a build: only the former image references are kept")
+	for _, v := range []string{"3.5.21", "registry.k8s.io/etcd:3.5.21-0"} {
+		if _, err := Lookup(v); err == nil {
+			t.Errorf("Lookup(%s) found a build: only the builds' own versions and images name one", v)
+		}
 	}
 	if _, err := Lookup("3.4"); err == nil || !strings.Contains(err.Error(), "known") {
 		t.Errorf("Lookup(3.4) = %v, want an error listing the known builds", err)

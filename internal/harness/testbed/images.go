@@ -43,7 +43,7 @@ func ModeImage(component, tag string, mode standin.Mode) string {
 	return ref
 }
 
-// writeImageMap maps every etcd build (and etcdbuild.LegacyImages), every
+// writeImageMap maps every etcd build, every
 // stand-in image in every mode, the real control plane of every
 // kubebuild.Versions version built (registry.k8s.io/kube-apiserver:v1.36.3),
 // and the state's own images (an etcd image the map lacks runs etcd 3.5).
@@ -66,13 +66,6 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 			etcd35 = path
 		}
 		m[b.Image] = kubeletsim.Image{Binary: path, Env: marker(nil)}
-	}
-	for ref, minor := range etcdbuild.LegacyImages { // temporary, see there
-		path, err := etcdbuild.Binary(minor)
-		if err != nil {
-			return fmt.Errorf("testbed: %w", err)
-		}
-		m[ref] = kubeletsim.Image{Binary: path, Env: marker(nil)}
 	}
 	binDir := filepath.Join(n.Root, "bin")
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
