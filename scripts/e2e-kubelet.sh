@@ -29,6 +29,22 @@ start=$(date +%s)
 # the test's timeout (buildbins prints each build's time, 0 when cached).
 go run ./internal/harness/cmd/buildbins
 echo "e2e-kubelet: real binaries ready after $(( $(date +%s) - start ))s"
-STRATUM_E2E=1 go test -count=1 -v -timeout 40m \
-	-run 'TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet' ./e2e/
+log=$(mktemp /tmp/e2e-kubelet-XXXXXX.log)
+if ! STRATUM_E2E=1 go test -count=1 -v -timeout 40m \
+	-run 'TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet' ./e2e/ 2>&1 | tee "$log"; then
+	# A failure's own lines are easily buried under the containerd and
+	# container logs the tests print after it: repeat each failed test's
+	# lines last, without those logs, so the tail of CI's output says why.
+	echo
+	echo "e2e-kubelet: FAILED; each failed test's own lines (full log: $log):"
+	for t in $(sed -n 's/^ *--- FAIL: \([^ ]*\) .*/\1/p' "$log"); do
+		echo "=== $t"
+		awk -v t="$t" '
+			$0 ~ "^=== (RUN|NAME|CONT) +" { on = ($NF == t); next }
+			$0 ~ "^ *--- (PASS|FAIL|SKIP)" { on = 0; next }
+			on && $0 !~ /time="|level=|^ *=== kubelet stand-in/ { print }
+		' "$log" | tail -60
+	done
+	exit 1
+fi
 echo "e2e-kubelet: passed in $(( $(date +%s) - start ))s"
