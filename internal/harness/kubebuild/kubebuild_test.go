@@ -55,3 +55,28 @@ func TestBinaries(t *testing.T) {
 		})
 	}
 }
+
+// TestFlagdumpsIdentical: every tool module holds its own copy of flagdump
+// (a module cannot import a package of another without a module
+// dependency on it, and each must build against its own Kubernetes). The
+// copies must not drift: a fix to one is a fix to all.
+func TestFlagdumpsIdentical(t *testing.T) {
+	var first, firstDir string
+	for _, v := range Versions {
+		tool, err := Tool(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(tool.ModuleDir, "flagdump", "main.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if firstDir == "" {
+			first, firstDir = string(b), tool.ModuleDir
+			continue
+		}
+		if string(b) != first {
+			t.Errorf("%s/flagdump/main.go differs from %s/flagdump/main.go: copy the fixed one over the other", tool.ModuleDir, firstDir)
+		}
+	}
+}

@@ -6,7 +6,7 @@
 // cobra's --help), then visits the whole flag set. The tables of
 // versions/flags come from it (internal/harness/cmd/flagtable).
 //
-//	flagdump --version                   Kubernetes v1.36.3 (from -ldflags, as the binaries)
+//	flagdump --version                   Kubernetes vX.Y.Z of this module (from -ldflags, as the binaries)
 //	flagdump [-annotate] kube-apiserver  one flag per line, sorted; -annotate adds why --help hides it
 package main
 
