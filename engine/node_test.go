@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -180,6 +181,63 @@ func TestFailuresRollBack(t *testing.T) {
 			f.checkConverged(RolledBack, before)
 		})
 	}
+}
+
+// TestRollbackMarksAfterOldPodsAreGone: a process started after a
+// rollback mark counts as started from the restored manifest, so when the
+// rollback marks (and restores), no process of a component it restarts may
+// run and no manifest of the upgrade may be left for kubelet to restart one
+// from. CI once lost the race this closes: the soak caught a crash-looping
+// kube-scheduler, the rollback marked, real kubelet restarted the crashed
+// container of the upgrade's pod (its relist came before it saw the
+// restored manifest), and the rollback took that restart for its
+// replacement, then failed its soak when kubelet killed it.
+func TestRollbackMarksAfterOldPodsAreGone(t *testing.T) {
+	f := newFixture(t, testbed.Options{})
+	comp := nodestate.Scheduler
+	mode := standin.ModeCrashAfter
+	ref := testbed.ModeImage(comp, "v1.34.5", mode)
+	if err := f.node.MapImage(ref, kubeImage(f.node, comp, map[string]string{standin.EnvMode: string(mode), standin.EnvCrashAfter: "800ms"})); err != nil {
+		t.Fatal(err)
+	}
+	before := f.manifests()
+	var (
+		seen     bool
+		problems []string
+	)
+	f.onEvent = func(ev Event) {
+		if ev.Step != "restore" {
+			return
+		}
+		seen = true
+		for _, c := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+			tgt, err := manifest.Target(f.node.State, c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ps, err := f.node.Scanner.PIDs(tgt.Binary); err != nil || len(ps) > 0 {
+				problems = append(problems, fmt.Sprintf("%s runs when the rollback restores (pids %v, err %v)", c, ps, err))
+			}
+			if _, err := f.node.Store.Read(c); !errors.Is(err, manifest.ErrNoManifest) {
+				problems = append(problems, fmt.Sprintf("%s's manifest is in place when the rollback restores (err %v)", c, err))
+			}
+		}
+	}
+	dl := testDeadlines
+	dl.Replace, dl.Active = 10*time.Second, 5*time.Second
+	f.e = f.engine(f.node.Scanner, dl)
+	res, err := f.e.Run(t.Context(), release(f.node.State, false, comp, mode), nil)
+	if !errors.Is(err, ErrRolledBack) || res.Outcome != RolledBack {
+		t.Fatalf("Run: %+v %v", res, err)
+	}
+	if !seen {
+		t.Fatal("the rollback never restored the snapshot")
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	f.checkConverged(RolledBack, before)
 }
 
 // kubeImage is an image-map entry running comp's stand-in with env.

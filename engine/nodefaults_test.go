@@ -220,8 +220,10 @@ func TestEtcdDataKeptWhenNoNewerEtcdRan(t *testing.T) {
 	n.k.Hold(etcdPath)
 	n.etcdNeverReplaced = true
 	n.onEvent = func(ev Event) {
-		if ev.Step == "restore" {
-			n.k.Release(etcdPath) // kubelet acts on the restored bytes
+		if ev.Step == "stop" && ev.Component == nodestate.Etcd {
+			// kubelet acts on the rollback's removal of the manifest (the
+			// old etcd stops, on its own data) and on the restored bytes.
+			n.k.Release(etcdPath)
 		}
 	}
 	res, err := n.engine(nil).Run(t.Context(), release(n.st, true, "", ""), nil)

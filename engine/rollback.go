@@ -192,14 +192,23 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 // and every process started from that write counts as after its mark. It
 // returns the latest mark, which the restore waits past.
 //
+// Before a component is marked, its manifest is removed and its processes
+// are waited out (Store.Stop). A process started after a mark must be one
+// kubelet started from the restored bytes, and a pod of the manifest being
+// replaced could otherwise start one too: a crash-looping component that
+// kubelet restarts after the mark but before it sees the restored manifest
+// (its relist comes first), or a reboot or liveness restart after a mark
+// journaled by an earlier run. Once the manifest is gone kubelet only
+// terminates that pod. The control plane is down during a rollback anyway:
+// kubelet kills each old pod as soon as its manifest changes, and the new
+// one waits for the old one's name to be released either way.
+//
 // A mark journaled by an earlier run stands when the restore is journaled,
 // or when the component's manifest already holds the stamped snapshot
 // bytes: the restore wrote it before a crash or a power cut, and kubelet
 // started (or will start) it from those bytes after the mark, also in a
-// later boot. Otherwise the processes that run now run the bytes being
-// replaced and may have started after that mark (a reboot, a liveness or
-// OOM restart): kubelet is let settle and a fresh mark, with the same
-// stamp, is taken.
+// later boot. Otherwise the component is stopped and a fresh mark, with the
+// same stamp, is taken.
 func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, restored bool) (proc.Mark, error) {
 	var marks []journal.Record
 	var last proc.Mark
@@ -218,9 +227,12 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 				last = *rec.ProcMark
 				continue
 			}
-			e.settle(ctx, r.to, comp)
 		} else {
 			stamp = e.store.Stamp()
+		}
+		e.event(r.txn.ID, r.txn.Phase, "stop", comp, comp+" to exit", "stopping "+comp+" before its manifest is restored")
+		if err := e.store.Stop(ctx, r.from, comp, e.dl.Stop); err != nil {
+			return last, err
 		}
 		m, err := e.procs.Mark()
 		if err != nil {
