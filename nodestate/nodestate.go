@@ -119,8 +119,8 @@ type EtcdMember struct {
 	// InitialClusterState is "new" or "existing".
 	InitialClusterState string `json:"initialClusterState"`
 	// DataDir is etcd's data directory (--data-dir), mounted into the etcd
-	// pod; it is backed up before an etcd upgrade and restored by its
-	// rollback.
+	// pod. On a single-member cluster, the rollback of an etcd upgrade
+	// restores it from the etcd snapshot taken before the upgrade.
 	DataDir string `json:"dataDir"`
 }
 
