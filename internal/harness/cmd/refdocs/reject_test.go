@@ -12,7 +12,7 @@ import (
 var rejected = map[string]map[string]any{
 	"node-state.md": {
 		"apiVersion":                  "stratum.ciq.com/v2",
-		"kind":                        "Release",
+		"kind":                        "NodeStates",
 		"nodeName":                    "CP_2",
 		"advertiseAddress":            "10.0.0.12/24",
 		"kubernetesVersion":           "1.34.4",
@@ -43,7 +43,7 @@ var rejected = map[string]map[string]any{
 	},
 	"release.md": {
 		"apiVersion":        "v1",
-		"kind":              "NodeState",
+		"kind":              "Releases",
 		"kubernetesVersion": "v1.34",
 		"images":            map[string]any{"kube-proxy": "registry.k8s.io/kube-proxy:v1.34.5"},
 		"versions":          map[string]any{"etcd": "3.6.16", "kube-proxy": "v1.34.5"},

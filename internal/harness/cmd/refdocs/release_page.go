@@ -45,7 +45,7 @@ fails any of these changes nothing.`,
 			Required: "yes",
 			Values: "at least one entry; keys: `etcd`, `kube-apiserver`, `kube-controller-manager`, " +
 				"`kube-scheduler` and `kube-vip`; values: an image reference, as in the node state's " +
-				"[`images`](node-state.md#images) (checked when the release is applied to the node)",
+				"[`images`](node-state.md#images)",
 		},
 		"versions": {
 			Type:     "map of component to string",
