@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint fuzz crash demo bench torture e2e-kubelet real-binaries test-real flag-tables clean
+.PHONY: help build test lint docs fuzz crash demo bench torture e2e-kubelet real-binaries test-real flag-tables clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -35,6 +35,12 @@ lint: ## go.mod/go.sum tidy check, gofmt check, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# The reference pages of the two input files, from their Go types and field
+# comments (internal/harness/cmd/refdocs); its test fails when a checked-in
+# page is not what this writes.
+docs: ## regenerate docs/reference/ (the node state and release reference) from the Go types
+	$(GO) run ./internal/harness/cmd/refdocs
 
 # go test -fuzz takes one package and one target at a time. A crash input
 # is written to the package's testdata/fuzz/<target>/: commit it with the

@@ -26,12 +26,20 @@ const (
 // keeps its image. A release may name kube-vip for a node without a VIP (a
 // release is cluster-wide); that image is then unused.
 type Release struct {
-	APIVersion        string            `json:"apiVersion"`
-	Kind              string            `json:"kind"`
-	KubernetesVersion string            `json:"kubernetesVersion"`
-	Images            map[string]string `json:"images"`
+	// APIVersion is the schema of the document: stratum.ciq.com/v1.
+	APIVersion string `json:"apiVersion"`
+	// Kind says the document is a release: Release.
+	Kind string `json:"kind"`
+	// KubernetesVersion is the version the node's control plane moves to;
+	// it becomes the node state's kubernetesVersion.
+	KubernetesVersion string `json:"kubernetesVersion"`
+	// Images holds the new image reference of each component the release
+	// changes, by component name; a component it does not name keeps its
+	// image, and one the node does not run is ignored.
+	Images map[string]string `json:"images"`
 	// Versions gives the version of an image the release names whose tag
-	// is not a version (pinned by digest), as nodestate.NodeState.Versions.
+	// is not a version (pinned by digest), as the node state's versions
+	// field does.
 	Versions map[string]string `json:"versions,omitempty"`
 }
 

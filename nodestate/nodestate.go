@@ -52,31 +52,43 @@ const (
 // NodeState is everything the manifests of one control-plane node are
 // rendered from. The zero value is not valid; use Load or Parse.
 type NodeState struct {
+	// APIVersion is the schema of the document: stratum.ciq.com/v1.
 	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	// Kind says the document is a node state: NodeState.
+	Kind string `json:"kind"`
 
-	// NodeName is the kubelet's node name; static pod names get it as suffix.
+	// NodeName is the kubelet's node name; static pod names get it as suffix
+	// (etcd-cp-1), and kube-vip announces under it.
 	NodeName string `json:"nodeName"`
-	// AdvertiseAddress is the IP the apiserver advertises and etcd peers use.
+	// AdvertiseAddress is the IP the apiserver advertises and etcd's peers
+	// and clients use; etcd listens on it and on the loopback address.
 	AdvertiseAddress string `json:"advertiseAddress"`
-	// KubernetesVersion is the control plane's version, e.g. v1.34.4.
+	// KubernetesVersion is the control plane's version, e.g. v1.34.4. A
+	// Kubernetes component whose image tag is not a version runs at it.
 	KubernetesVersion string `json:"kubernetesVersion"`
-	// Images holds the image reference of every component in the roster;
-	// a digest-pinned reference (name@sha256:...) is allowed.
+	// Images holds the image reference of every component in the roster
+	// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
+	// kube-vip when vip is set); a digest-pinned reference
+	// (name@sha256:...) is allowed.
 	Images map[string]string `json:"images"`
 	// Versions gives a component's version where its image tag does not
 	// (an image pinned by digest alone, or a tag that is no version):
 	// "3.6.16" for etcd, "v1.36.3" for the Kubernetes components. With a
-	// version tag too, the two must agree. See ComponentVersion.
+	// version tag too, the two must agree. docs/versions.md says where each
+	// component's version comes from.
 	Versions map[string]string `json:"versions,omitempty"`
 
+	// Etcd is the local etcd member: its name, the cluster it belongs to
+	// and its data directory.
 	Etcd EtcdMember `json:"etcd"`
 	// VIP is optional: with it the node also runs kube-vip.
 	VIP *VIP `json:"vip,omitempty"`
 
+	// Profile selects the hardening the manifests are rendered with.
 	Profile Profile `json:"profile"`
 
-	// PKIDir holds the cluster's certificates and keys (/etc/kubernetes/pki).
+	// PKIDir holds the cluster's certificates and keys in kubeadm's layout
+	// (ca.crt, etcd/server.crt, ...; /etc/kubernetes/pki).
 	PKIDir string `json:"pkiDir"`
 	// KubeconfigDir holds controller-manager.conf, scheduler.conf and
 	// admin.conf (/etc/kubernetes).
@@ -85,56 +97,85 @@ type NodeState struct {
 	// configuration); kube-apiserver's argv names it. Outside the manifest dir.
 	ConfigDir string `json:"configDir"`
 
+	// Networking holds the cluster's Service and pod address ranges.
 	Networking Networking `json:"networking"`
-	Ports      Ports      `json:"ports"`
+	// Ports are the node-local ports the components listen on.
+	Ports Ports `json:"ports"`
 
 	// ExtraArgs are extra --flag=value arguments per component. A key that
-	// the renderer also sets replaces the rendered value.
+	// the renderer also sets replaces the rendered value, except etcd's
+	// flags that come from the etcd, ports and pkiDir fields. A flag the
+	// component's binary at its version does not accept is refused.
 	ExtraArgs map[string]map[string]string `json:"extraArgs,omitempty"`
 }
 
 // EtcdMember is the local etcd member's identity and cluster membership.
 type EtcdMember struct {
+	// MemberName is the member's name (etcd's --name); initialCluster
+	// must list it.
 	MemberName string `json:"memberName"`
 	// InitialCluster is etcd's --initial-cluster: name=peerURL,...
 	InitialCluster string `json:"initialCluster"`
 	// InitialClusterState is "new" or "existing".
 	InitialClusterState string `json:"initialClusterState"`
-	DataDir             string `json:"dataDir"`
+	// DataDir is etcd's data directory (--data-dir), mounted into the etcd
+	// pod. On a single-member cluster, the rollback of an etcd upgrade
+	// restores it from the etcd snapshot taken before the upgrade.
+	DataDir string `json:"dataDir"`
 }
 
 // VIP is the virtual IP kube-vip announces for the apiserver.
 type VIP struct {
-	Address   string `json:"address"`
+	// Address is the virtual IP; it must not be the advertiseAddress.
+	Address string `json:"address"`
+	// Interface is the network interface kube-vip announces the address on.
 	Interface string `json:"interface"`
 }
 
 // Profile selects hardening. The cis profile needs both files; they are
 // read at render time, so a changed file is noticed by the next render.
 type Profile struct {
-	Name            string `json:"name"`
+	// Name is "default" (kubeadm's flags) or "cis" (the CIS Kubernetes
+	// Benchmark's: audit logging, the EventRateLimit and PodSecurity
+	// admission plugins, no profiling, strong TLS ciphers).
+	Name string `json:"name"`
+	// AuditPolicyFile is kube-apiserver's audit policy (an audit.k8s.io/v1
+	// Policy; --audit-policy-file), mounted into its pod.
 	AuditPolicyFile string `json:"auditPolicyFile,omitempty"`
 	// AdmissionConfigFile is an apiserver.config.k8s.io AdmissionConfiguration;
 	// it is merged over the profile's built-in plugin configuration.
 	AdmissionConfigFile string `json:"admissionConfigFile,omitempty"`
-	AuditLogDir         string `json:"auditLogDir,omitempty"`
+	// AuditLogDir receives kube-apiserver's audit log (audit.log in it).
+	AuditLogDir string `json:"auditLogDir,omitempty"`
 }
 
 // Networking holds the cluster's address ranges.
 type Networking struct {
+	// ServiceCIDR is the Services' virtual IP range
+	// (--service-cluster-ip-range of kube-apiserver and
+	// kube-controller-manager).
 	ServiceCIDR string `json:"serviceCIDR"`
-	PodCIDR     string `json:"podCIDR"`
+	// PodCIDR is the pod network's range (kube-controller-manager's
+	// --cluster-cidr).
+	PodCIDR string `json:"podCIDR"`
 }
 
 // Ports are the node-local ports the components listen on. Zero means the
 // upstream default (see Default*Port).
 type Ports struct {
-	EtcdClient        int `json:"etcdClient,omitempty"`
-	EtcdPeer          int `json:"etcdPeer,omitempty"`
-	EtcdMetrics       int `json:"etcdMetrics,omitempty"`
-	APIServer         int `json:"apiServer,omitempty"`
+	// EtcdClient is etcd's client port.
+	EtcdClient int `json:"etcdClient,omitempty"`
+	// EtcdPeer is etcd's peer port.
+	EtcdPeer int `json:"etcdPeer,omitempty"`
+	// EtcdMetrics is etcd's metrics and health port (plain HTTP on the
+	// loopback address; the probes use it).
+	EtcdMetrics int `json:"etcdMetrics,omitempty"`
+	// APIServer is kube-apiserver's secure port.
+	APIServer int `json:"apiServer,omitempty"`
+	// ControllerManager is kube-controller-manager's secure port.
 	ControllerManager int `json:"controllerManager,omitempty"`
-	Scheduler         int `json:"scheduler,omitempty"`
+	// Scheduler is kube-scheduler's secure port.
+	Scheduler int `json:"scheduler,omitempty"`
 }
 
 // Upstream default ports, the ones kubeadm renders.

@@ -1,0 +1,143 @@
+package main
+
+// The node state's reference page: what nodestate.Parse's defaulting and
+// Validate do with each field, in operator terms. The tests hold the
+// "required" and "default" columns to what Parse does.
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+const absPath = "a clean absolute path (no `..`, `.`, `//` or trailing `/`)"
+
+func portInfo(def int) info {
+	return info{
+		Required: "no",
+		Default:  fmt.Sprintf("`%d` (also when 0)", def),
+		Values:   "a port number, 1 to 65535, used by no other field of `ports`",
+	}
+}
+
+var nodeStatePage = spec{
+	File:  "node-state.md",
+	Title: "Node state reference",
+	Pkg:   "nodestate",
+	Type:  reflect.TypeFor[nodestate.NodeState](),
+	Intro: `
+A node state describes one control-plane node: everything its static pod
+manifests are rendered from. ` + "`stratum-upgrade init --state FILE`" + ` imports
+it into the journal ([cli.md](../cli.md#init---state-file---force)); from
+then on the journal's copy is the node's state, and a committed ` + "`run`" + `
+moves it to the [release](release.md).
+
+The file is YAML, decoded strictly: a field that is not below, or a value of
+the wrong type, is an error that names the field's path. Absent optional
+fields then take the defaults below, and every field is validated: every
+invalid field is reported at once, by path, with what it must be, and
+nothing is stored. The files the cis profile names, and whether each flag of
+` + "`extraArgs`" + ` exists in the component's version, are checked when the
+manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
+` + "`render`, `plan` and `run`" + `).`,
+	Minimal:     "node-state-minimal.yaml",
+	MinimalNote: "The required fields only; each other field takes its default.",
+	Full:        "node-state-full.yaml",
+	FullNote:    "Every field set.",
+	Fields: map[string]info{
+		"apiVersion": {Required: "yes", Values: "`stratum.ciq.com/v1`"},
+		"kind":       {Required: "yes", Values: "`NodeState`"},
+		"nodeName": {Required: "yes", Values: "a lowercase DNS name: 1 to 253 lowercase letters, " +
+			"digits, `-` and `.`, starting and ending with a letter or digit"},
+		"advertiseAddress": {Required: "yes", Values: "an IPv4 or IPv6 address, without a prefix length"},
+		"kubernetesVersion": {Required: "yes", Values: "`v` and a semantic version: `v1.34.4`, `v1.35.0-rc.1`, " +
+			"`v1.34.4+build.1`; no white space around it. The supported minors are in " +
+			"[versions.md](../versions.md#support-matrix)"},
+		"images": {
+			Type:     "map of component to string",
+			Required: "yes",
+			Values: "one entry for each component the node runs: `etcd`, `kube-apiserver`, " +
+				"`kube-controller-manager`, `kube-scheduler`, and `kube-vip` exactly when `vip` is set " +
+				"(an entry for a component the node does not run is refused). Each value is an image " +
+				"reference: a lowercase repository name with an optional registry host and port " +
+				"(`registry.k8s.io/etcd`, `registry.example:5000/k8s/etcd`), then an optional `:tag` " +
+				"(at most 128 letters, digits, `_`, `.` and `-`, not starting with `.` or `-`), then an " +
+				"optional `@sha256:` digest of 64 lowercase hex digits. A tag that is a version " +
+				"(`v1.34.4`; etcd's `3.6.16-0`, whose `-0` image revision is dropped) is the " +
+				"component's version",
+		},
+		"versions": {
+			Type:     "map of component to string",
+			Required: "for `etcd` when the tag of `images.etcd` is not a version (an image pinned by digest alone)",
+			Default: "none: a component's version is its image tag's, and a Kubernetes component " +
+				"whose tag is not a version runs at `kubernetesVersion`",
+			Values: "keys: components the node runs; values: a semantic version, `3.6.16` for etcd " +
+				"and `v1.36.3` for the others (the `v` may be left out or added either way), no white " +
+				"space. It must agree with the image's tag when that is a version",
+		},
+		"etcd": {Required: "no", Default: "each field's default"},
+		"etcd.memberName": {Required: "no", Default: "the `nodeName`",
+			Values: "a lowercase DNS name, as `nodeName`; `etcd.initialCluster` must list it"},
+		"etcd.initialCluster": {Required: "no",
+			Default: "this member alone: `<memberName>=https://<advertiseAddress>:<ports.etcdPeer>`",
+			Values: "comma-separated `name=peerURL` entries, each URL starting with `https://` or " +
+				"`http://`, one of them named `etcd.memberName`. With one entry (a single-member " +
+				"cluster) the rollback of an etcd upgrade restores etcd's data from the snapshot " +
+				"taken before it; with more, only etcd's manifest is restored and the other members " +
+				"hold the data"},
+		"etcd.initialClusterState": {Required: "no", Default: "`new`",
+			Values: "`new` or `existing` (etcd's --initial-cluster-state: `existing` for a member " +
+				"that joined a running cluster)"},
+		"etcd.dataDir": {Required: "no", Default: "`" + nodestate.DefaultEtcdDataDir + "`", Values: absPath},
+		"vip":          {Required: "no", Default: "none: the node runs no kube-vip, and `images` has no `kube-vip` entry"},
+		"vip.address": {Required: "when `vip` is set", Default: "none",
+			Values: "an IPv4 or IPv6 address other than `advertiseAddress`"},
+		"vip.interface": {Required: "when `vip` is set", Default: "none",
+			Values: "a network interface name: 1 to 15 letters, digits, `_`, `.`, `:` and `-`"},
+		"profile":      {Required: "no", Default: "the `default` profile"},
+		"profile.name": {Required: "no", Default: "`default`", Values: "`default` or `cis`"},
+		"profile.auditPolicyFile": {Required: "when `profile.name` is `cis`", Default: "none",
+			Values: absPath + ", with the cis profile only; at render time the file must be an " +
+				"audit.k8s.io/v1 Policy"},
+		"profile.admissionConfigFile": {Required: "when `profile.name` is `cis`", Default: "none",
+			Values: absPath + ", with the cis profile only; at render time the file must be an " +
+				"apiserver.config.k8s.io AdmissionConfiguration, and the files its plugins name " +
+				"with `path:` must be readable"},
+		"profile.auditLogDir": {Required: "no",
+			Default: "`" + nodestate.DefaultAuditLogDir + "` with the cis profile; unused by the default profile",
+			Values:  absPath + " (checked with the cis profile only)"},
+		"pkiDir":        {Required: "no", Default: "`" + nodestate.DefaultPKIDir + "`", Values: absPath},
+		"kubeconfigDir": {Required: "no", Default: "`" + nodestate.DefaultKubeconfigDir + "`", Values: absPath},
+		"configDir":     {Required: "no", Default: "`" + nodestate.DefaultConfigDir + "`", Values: absPath},
+		"networking":    {Required: "no", Default: "each field's default"},
+		"networking.serviceCIDR": {Required: "no", Default: "`" + nodestate.DefaultServiceCIDR + "`",
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length"},
+		"networking.podCIDR": {Required: "no", Default: "`" + nodestate.DefaultPodCIDR + "`",
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length"},
+		"ports":                   {Required: "no", Default: "each field's default (kubeadm's ports)"},
+		"ports.etcdClient":        portInfo(nodestate.DefaultEtcdClientPort),
+		"ports.etcdPeer":          portInfo(nodestate.DefaultEtcdPeerPort),
+		"ports.etcdMetrics":       portInfo(nodestate.DefaultEtcdMetricsPort),
+		"ports.apiServer":         portInfo(nodestate.DefaultAPIServerPort),
+		"ports.controllerManager": portInfo(nodestate.DefaultControllerManagerPort),
+		"ports.scheduler":         portInfo(nodestate.DefaultSchedulerPort),
+		"extraArgs": {
+			Type:     "map of component to map of string to string",
+			Required: "no",
+			Default:  "none: every component runs with the rendered flags only",
+			Values: "keys: components the node runs; below each, flag names without the leading " +
+				"dashes (lowercase letters, digits and `-`) and their values as strings (quote a " +
+				"number: `\"10\"`). A flag the renderer sets too takes this value, except etcd's " +
+				"flags that other fields set, which are refused: " + ownedEtcdFlagList + ". A flag the " +
+				"component's binary at its version does not accept, or refuses beside another, is " +
+				"refused at render time ([versions.md](../versions.md#extra-args))",
+		},
+	},
+}
+
+// ownedEtcdFlagList is the etcd flags Validate refuses in extraArgs; the
+// tests check that each is refused.
+const ownedEtcdFlagList = "`data-dir`, `name`, `initial-cluster`, `initial-cluster-state`, " +
+	"`initial-cluster-token`, `listen-client-urls`, `advertise-client-urls`, " +
+	"`initial-advertise-peer-urls`, `listen-peer-urls`, `trusted-ca-file`, `cert-file` and `key-file`"
