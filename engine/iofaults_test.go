@@ -83,11 +83,12 @@ func ioFaults() []ioFault {
 		}},
 		ioFault{name: "kubelet-never-replaces", arm: func(n *memNode) func() {
 			// kubelet never acts on the new kube-controller-manager (the
-			// wait for it times out); it does act on the rollback's write.
+			// wait for it times out); it does act on the rollback's
+			// removal (the stop before the restore) and its write.
 			path := n.store.Path(nodestate.ControllerManager)
 			n.k.Hold(path)
 			n.onEvent = func(ev Event) {
-				if ev.Step == "restore" {
+				if ev.Step == "stop" && ev.Component == nodestate.ControllerManager {
 					n.k.Release(path)
 				}
 			}

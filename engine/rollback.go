@@ -210,8 +210,9 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 // later boot. Otherwise the component is stopped and a fresh mark, with the
 // same stamp, is taken.
 func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, restored bool) (proc.Mark, error) {
-	var marks []journal.Record
 	var last proc.Mark
+	stamps := map[string]string{}
+	var fresh []string // to stop and mark, in roster order
 	for _, comp := range restart {
 		if _, held := r.snap.Manifest(comp); !held {
 			continue
@@ -230,23 +231,61 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 		} else {
 			stamp = e.store.Stamp()
 		}
+		stamps[comp] = stamp
+		fresh = append(fresh, comp)
+	}
+	if len(fresh) == 0 {
+		return last, nil
+	}
+	for _, comp := range fresh {
 		e.event(r.txn.ID, r.txn.Phase, "stop", comp, comp+" to exit", "stopping "+comp+" before its manifest is restored")
 		if err := e.store.Stop(ctx, r.from, comp, e.dl.Stop); err != nil {
 			return last, err
 		}
+	}
+	if err := e.quiet(ctx, r, fresh); err != nil {
+		return last, err
+	}
+	var marks []journal.Record
+	for _, comp := range fresh {
 		m, err := e.procs.Mark()
 		if err != nil {
 			return last, err
 		}
 		last = m
-		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamp})
+		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamps[comp]})
 	}
-	if len(marks) > 0 {
-		if err := e.append(r, journal.PhaseRollingBack, marks...); err != nil {
-			return last, err
+	return last, e.append(r, journal.PhaseRollingBack, marks...)
+}
+
+// quietTicks is how long the stopped components must stay stopped before
+// the rollback marks them: one second, kubelet's PLEG relist period. A
+// container start kubelet issued before it saw the removal (a crash-loop
+// restart) may still complete after the process was seen gone; kubelet
+// kills it once it has, and a second WaitGone waits for that.
+const quietTicks = 100
+
+// quiet lets the clock pass quietTicks after the stops, then waits again
+// until no process of comps runs.
+func (e *Engine) quiet(ctx context.Context, r *run, comps []string) error {
+	q, err := e.procs.Mark()
+	if err != nil {
+		return err
+	}
+	q.Ticks += quietTicks
+	if err := e.procs.PastMark(ctx, q); err != nil {
+		return err
+	}
+	for _, comp := range comps {
+		t, err := manifest.Target(r.from, comp)
+		if err != nil {
+			return err
+		}
+		if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
+			return fmt.Errorf("%s, stopped for the rollback, was started again: %w", comp, err)
 		}
 	}
-	return last, nil
+	return nil
 }
 
 // restoreSnapshot writes the snapshot back, each restarted manifest with

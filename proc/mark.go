@@ -123,10 +123,13 @@ func (s *Scanner) PastMark(ctx context.Context, m Mark) error {
 		if now.BootID != m.BootID || now.Ticks > m.Ticks {
 			return nil
 		}
+		// Sleep through the whole ticks still to come, then poll the last
+		// one by the millisecond.
+		wait := max(time.Duration(m.Ticks-now.Ticks)*(time.Second/userHZ), time.Millisecond)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the clock to pass tick %d: %w", m.Ticks, ctx.Err())
-		case <-time.After(time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 }
