@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"runtime"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ciq/stratum-upgrade/journal"
-	"github.com/ciq/stratum-upgrade/manifest"
 )
 
 func newHistoryCmd(g *globals) *cobra.Command {
@@ -143,94 +140,6 @@ func (g *globals) showTxn(j *journal.Journal, id string) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format(time.RFC3339Nano), r.Phase, orDash(string(r.Step)), orDash(r.Component), mark, orDash(r.Stamp), orDash(recordDetail(r)))
 	}
 	return tw.Flush()
-}
-
-func newAuditCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "audit [COMPONENT]",
-		Short: "Show the container spec kubelet was handed: argv and environment, read from the manifest file",
-		Long: `audit reads the manifest FILE of COMPONENT (or of every component of the roster,
-or every manifest present when the journal cannot be read) and prints the
-container's argv and declared environment: what kubelet was handed, out-of-band
-edits included, not what stratum would render. The image's own ENV layer is not
-visible in a manifest.`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
-			if err != nil {
-				return err
-			}
-			var names []string
-			if len(args) == 1 {
-				if !manifest.IsName(args[0]) {
-					return usagef("audit: unknown component %q (known: %v)", args[0], manifest.Names)
-				}
-				names = args
-			} else {
-				names = g.auditRoster(store)
-			}
-			type entry struct {
-				Component string            `json:"component"`
-				Path      string            `json:"path"`
-				Command   []string          `json:"command"`
-				Argv      []string          `json:"argv"`
-				Env       map[string]string `json:"env"`
-			}
-			var out []entry
-			for _, name := range names {
-				spec, err := store.ReadContainerSpec(name)
-				if err != nil {
-					return fmt.Errorf("audit %s: %w", name, err)
-				}
-				out = append(out, entry{Component: name, Path: store.Path(name), Command: nonNil(spec.Command), Argv: nonNil(spec.Argv), Env: spec.Env})
-			}
-			if g.json() {
-				if out == nil {
-					out = []entry{}
-				}
-				return writeJSON(g.stdout, out)
-			}
-			for i, e := range out {
-				if i > 0 {
-					fmt.Fprintln(g.stdout)
-				}
-				fmt.Fprintf(g.stdout, "%s (%s)\n  argv:\n", e.Component, e.Path)
-				for _, a := range e.Argv {
-					fmt.Fprintf(g.stdout, "    %s\n", a)
-				}
-				fmt.Fprintln(g.stdout, "  env:")
-				if len(e.Env) == 0 {
-					fmt.Fprintln(g.stdout, "    (none declared)")
-				}
-				for _, k := range slices.Sorted(maps.Keys(e.Env)) {
-					fmt.Fprintf(g.stdout, "    %s=%s\n", k, e.Env[k])
-				}
-			}
-			return nil
-		}),
-	}
-}
-
-// auditRoster is the node's roster from the journal (read-only); without a
-// readable journal, every component whose manifest is present.
-func (g *globals) auditRoster(store *manifest.Store) []string {
-	if ok, _ := g.journalExists(); ok {
-		if j, err := g.openJournal(true); err == nil {
-			defer j.Close()
-			if st, err := j.NodeState(); err == nil {
-				return manifest.NamesFor(st)
-			}
-		} else {
-			g.log.Warn("journal not readable; auditing every manifest present", "err", err)
-		}
-	}
-	var names []string
-	for _, n := range manifest.Names {
-		if ok, err := store.Exists(n); err == nil && ok {
-			names = append(names, n)
-		}
-	}
-	return names
 }
 
 func newVersionCmd(g *globals) *cobra.Command {
