@@ -364,7 +364,11 @@ func (g *globals) prepare() error {
 	if open == nil {
 		lines = append([]string{"no open transaction: nothing to resume"}, lines...)
 	} else {
-		out["openTransaction"] = txnSummary(open)
+		info, err := txnView(j, open)
+		if err != nil {
+			return err
+		}
+		out["openTransaction"] = info
 		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `stratum-upgrade resume` continues it once kubelet runs", open.ID, open.Kind, open.Phase)}, lines...)
 	}
 	if g.json() {
