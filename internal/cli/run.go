@@ -263,7 +263,7 @@ func (r *reporter) event(ev engine.Event) {
 	r.txn = ev.Txn
 	r.writeProgress(&ev, "", "")
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, ev)
+		_ = writeJSON(r.g.stdout, eventOut(ev))
 		return
 	}
 	fmt.Fprintln(r.g.stdout, r.line(ev))
@@ -346,7 +346,7 @@ func (g *globals) prepare() error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{}
+	out := map[string]any{"openTransaction": nil, "swept": nil, "strays": nil} // null: not known
 	var lines []string
 	if store, err := manifest.Open(g.manifestDir, g.storeOptions()); err != nil {
 		if open != nil {
