@@ -107,16 +107,18 @@ type stepTimeJSON struct {
 
 // resultJSON is the engine's result of a driven transaction.
 type resultJSON struct {
-	Txn     *string        `json:"txn"`
-	Outcome string         `json:"outcome"`
-	Reason  *string        `json:"reason"`
-	Changed []string       `json:"changed"`
+	Txn     *string `json:"txn"`
+	Outcome string  `json:"outcome"`
+	Reason  *string `json:"reason"`
+	// Planned is every component whose manifest the transaction was to
+	// change (history's planned; history TXN also lists the written ones).
+	Planned []string       `json:"planned"`
 	Elapsed time.Duration  `json:"elapsedNs"`
 	Steps   []stepTimeJSON `json:"steps"`
 }
 
 func resultOut(res engine.Result) resultJSON {
-	out := resultJSON{Txn: optional(res.Txn), Outcome: string(res.Outcome), Reason: optional(res.Reason), Changed: nonNil(res.Changed), Elapsed: res.Elapsed, Steps: []stepTimeJSON{}}
+	out := resultJSON{Txn: optional(res.Txn), Outcome: string(res.Outcome), Reason: optional(res.Reason), Planned: nonNil(res.Changed), Elapsed: res.Elapsed, Steps: []stepTimeJSON{}}
 	for _, s := range res.Steps {
 		out.Steps = append(out.Steps, stepTimeJSON{Component: s.Component, Phase: s.Phase, Elapsed: s.Elapsed})
 	}
