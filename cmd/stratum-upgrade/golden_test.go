@@ -23,12 +23,14 @@ var normalizers = []struct {
 	{regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|ms|s|m\d+(\.\d+)?s)\b {2,}`), "DUR  "},
 	{regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|ms|s|m\d+(\.\d+)?s)\b`), "DUR"},
 	{regexp.MustCompile(`go1\.[0-9.]+`), "GOVERSION"},
+	{regexp.MustCompile(`\b(linux|darwin)/[a-z0-9]+\b`), "PLATFORM"},
 }
 
 // cmpnorm stdout|stderr|FILE WANT compares the output (or FILE) with WANT
 // after the normalizers: $WORK becomes "$WORK", a transaction id "TXN", a
 // time "TIME", a boot id "BOOT", ticks, pids, sizes and nanoseconds "N", a
-// duration "DUR" (and the padding after it in a table two spaces).
+// duration "DUR" (and the padding after it in a table two spaces), the Go
+// version "GOVERSION", the platform "PLATFORM".
 func cmdCmpNorm(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: cmpnorm stdout|stderr|file want")
