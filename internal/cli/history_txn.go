@@ -66,7 +66,7 @@ func (d *txnDetail) print(w io.Writer) error {
 	if d.Ended != nil {
 		field("ended", "%s (took %s)", d.Ended.Format(time.RFC3339), d.Duration)
 	} else {
-		field("ended", "not yet: %s", d.Duration)
+		field("ended", "not yet (%s)", d.Duration)
 	}
 	field("planned", "%s", list(d.Planned))
 	field("written", "%s", list(d.Written))

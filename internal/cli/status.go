@@ -57,7 +57,8 @@ type componentStatus struct {
 	// the journal is locked) or unreadable.
 	Manifest string `json:"manifest"`
 	// Health is the endpoint active is checked on; null when the component
-	// is in no known roster.
+	// is in no known roster or has none (kube-vip: its process running is
+	// what active means).
 	Health    *string       `json:"health"`
 	Processes []processJSON `json:"processes"`
 	Active    bool          `json:"active"`
@@ -214,7 +215,7 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 		c.Error = ptr(err.Error())
 		return c, true
 	}
-	c.Health = ptr(t.Health)
+	c.Health = optional(t.Health)
 	ps, err := g.scanner.PIDs(t.Binary)
 	if err != nil {
 		c.Error = ptr(err.Error())
