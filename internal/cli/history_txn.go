@@ -61,6 +61,7 @@ func (d *txnDetail) print(w io.Writer) error {
 	field("transaction", "%s", d.ID)
 	field("kind", "%s", d.Kind)
 	field("phase", "%s", d.Phase)
+	field("outcome", "%s", outcomeText(d.Phase, d.To))
 	field("versions", "%s -> %s", orDash(d.From), orDash(d.To))
 	field("started", "%s", d.Started.Format(time.RFC3339))
 	if d.Ended != nil {
@@ -113,6 +114,20 @@ func (d *txnDetail) print(w io.Writer) error {
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format(stamp), r.Phase, orDash(r.Component), recordText(r))
 	}
 	return tw.Flush()
+}
+
+// outcomeText says how a transaction in phase p ended, or that it is
+// open; to is its target version.
+func outcomeText(p journal.Phase, to *string) string {
+	switch p {
+	case journal.PhaseCommitted:
+		return "committed: the node state became " + orDash(to)
+	case journal.PhaseRolledBack:
+		return "rolled back: the node was put back as it was before, verified"
+	case journal.PhaseRollbackFailed:
+		return "rollback failed: it was left for an operator (docs/operations.md#rollback-failed-exit-4)"
+	}
+	return "open: `stratum-upgrade resume` continues it, `stratum-upgrade rollback` undoes it"
 }
 
 // recordText says what a record means, for an operator.
