@@ -92,6 +92,7 @@ func TestScripts(t *testing.T) {
 			"waitfor":     cmdWaitfor,
 			"fingerprint": cmdFingerprint,
 			"lasttxn":     cmdLastTxn,
+			"cmpnorm":     cmdCmpNorm,
 		},
 	})
 }

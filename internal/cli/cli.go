@@ -327,12 +327,13 @@ func refuseOpenTxn(j *journal.Journal, what string) error {
 // file in os.TempDir() that the line names, and returns ExitError. A panic
 // in another goroutine still crashes the process.
 func Main(args []string, stdout, stderr io.Writer) (code int) {
+	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
 	defer func() {
 		if r := recover(); r != nil {
 			code = internalError(r, debug.Stack(), stderr)
+			writeErrorJSON(g, args, stdout, fmt.Sprintf("internal error: %v (a bug: stderr says where the stack trace is)", r), code)
 		}
 	}()
-	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
 	root := newRoot(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -351,6 +352,7 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 		if code == ExitUsage && !errors.As(err, &re) {
 			fmt.Fprintln(stderr, "Run 'stratum-upgrade --help' for usage.")
 		}
+		writeErrorJSON(g, args, stdout, withAdvice(err), code)
 	}
 	return code
 }

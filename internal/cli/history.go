@@ -2,235 +2,161 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"maps"
+	"io"
+	"os"
 	"runtime"
-	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/ciq/stratum-upgrade/journal"
-	"github.com/ciq/stratum-upgrade/manifest"
 )
 
 func newHistoryCmd(g *globals) *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "history [TXN]",
-		Short: "List the transactions in the journal, newest first, or show one with its records",
+		Short: "List the transactions in the journal, newest first, or show one in full",
 		Long: `history lists every transaction in the journal, newest first: id, kind, phase,
-start, duration, versions, the components it changed and why it rolled back.
-With a transaction id it shows that transaction and every journaled record
+start, duration, versions, the components whose manifests it wrote and why it
+rolled back. On a terminal the reason is cut to the terminal's width (also
+when $COLUMNS is set); piped, lines are whole.
+
+With a transaction id it shows that transaction in full: versions, times, the
+components it planned to change and those it wrote, its snapshot and etcd
+backup, the whole reason, the pre-flight checks it was let through with, the
+state of each component after a failed rollback, and every journaled step
 (docs/journal.md explains them). The journal is opened read-only.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			if ok, err := g.journalExists(); err != nil {
-				return err
-			} else if !ok && len(args) == 0 {
-				if g.json() {
-					return writeJSON(g.stdout, []txnInfo{})
-				}
-				fmt.Fprintf(g.stdout, "no transactions: no journal at %s (nothing was imported or upgraded on this node)\n", g.journalPath())
-				return nil
-			}
-			j, err := g.openJournal(true)
-			if err != nil {
-				return err
-			}
-			defer j.Close()
 			if len(args) == 1 {
-				return g.showTxn(j, args[0])
+				return g.showTxn(args[0])
 			}
-			hist, err := j.History(limit)
-			if err != nil {
-				return err
-			}
-			infos := make([]txnInfo, len(hist))
-			for i := range hist {
-				infos[i] = txnSummary(&hist[i])
-			}
-			if g.json() {
-				return writeJSON(g.stdout, infos)
-			}
-			if len(infos) == 0 {
-				fmt.Fprintln(g.stdout, "no transactions")
-				return nil
-			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tKIND\tPHASE\tSTARTED\tDURATION\tFROM\tTO\tCHANGED\tREASON")
-			for _, t := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.Phase, t.Started.Format(time.RFC3339), t.Duration,
-					orDash(t.From), orDash(t.To), list(t.Changed), orDash(t.Reason))
-			}
-			return tw.Flush()
+			return g.history(limit)
 		}),
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "show at most this many transactions (0: all)")
 	return cmd
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+// historyReport is history's output (docs/schemas/history.json).
+type historyReport struct {
+	Journal      string    `json:"journal"`
+	NoJournal    bool      `json:"noJournal"`
+	Transactions []txnInfo `json:"transactions"`
 }
 
-// txnDetail is history TXN's JSON output.
-type txnDetail struct {
-	txnInfo
-	Detail  json.RawMessage  `json:"detail,omitempty"`
-	Records []journal.Record `json:"records"`
-}
-
-func (g *globals) showTxn(j *journal.Journal, id string) error {
-	t, err := j.Txn(id)
+func (g *globals) history(limit int) error {
+	rep := historyReport{Journal: g.journalPath(), Transactions: []txnInfo{}}
+	ok, err := g.journalExists()
 	if err != nil {
 		return err
 	}
-	recs, err := j.Records(id)
-	if err != nil {
-		return err
-	}
-	d := txnDetail{txnInfo: txnSummary(t), Records: recs}
-	if d.Records == nil {
-		d.Records = []journal.Record{}
-	}
-	if json.Valid(t.Detail) {
-		d.Detail = t.Detail
-	}
-	if g.json() {
-		return writeJSON(g.stdout, d)
-	}
-	w := g.stdout
-	fmt.Fprintf(w, "transaction:  %s\nkind:         %s\nphase:        %s\n", t.ID, t.Kind, t.Phase)
-	fmt.Fprintf(w, "started:      %s\n", t.Started.Format(time.RFC3339Nano))
-	if !t.Ended.IsZero() {
-		fmt.Fprintf(w, "ended:        %s (%s)\n", t.Ended.Format(time.RFC3339Nano), d.Duration)
-	}
-	fmt.Fprintf(w, "versions:     %s -> %s\nchanged:      %s\n", orDash(d.From), orDash(d.To), list(d.Changed))
-	fmt.Fprintf(w, "snapshot:     %s\n", orDash(t.SnapshotDir))
-	if len(t.EtcdBackup) > 0 {
-		fmt.Fprintf(w, "etcd backup:  %s\n", t.EtcdBackup)
-	}
-	if t.Reason != "" {
-		fmt.Fprintf(w, "reason:       %s\n", t.Reason)
-	}
-	for i, c := range t.IgnoredChecks {
-		head := "              "
-		if i == 0 {
-			head = "ignored:      "
+	if ok {
+		j, err := g.openJournal(true)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "%s[%s] %s\n", head, c.Check, c.Message)
-	}
-	if len(d.Detail) > 0 {
-		var pretty bytes.Buffer
-		if json.Indent(&pretty, d.Detail, "              ", "  ") == nil {
-			fmt.Fprintf(w, "detail:       %s\n", pretty.String())
+		defer j.Close()
+		hist, err := j.History(limit)
+		if err != nil {
+			return err
 		}
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tPHASE\tSTEP\tCOMPONENT\tMARK\tSTAMP\tDETAIL")
-	for _, r := range recs {
-		mark := "-"
-		if r.ProcMark != nil {
-			mark = fmt.Sprintf("tick %d", r.ProcMark.Ticks)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.Format(time.RFC3339Nano), r.Phase, orDash(string(r.Step)), orDash(r.Component), mark, orDash(r.Stamp), orDash(recordDetail(r)))
-	}
-	return tw.Flush()
-}
-
-func newAuditCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "audit [COMPONENT]",
-		Short: "Show the container spec kubelet was handed: argv and environment, read from the manifest file",
-		Long: `audit reads the manifest FILE of COMPONENT (or of every component of the roster,
-or every manifest present when the journal cannot be read) and prints the
-container's argv and declared environment: what kubelet was handed, out-of-band
-edits included, not what stratum would render. The image's own ENV layer is not
-visible in a manifest.`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
+		for i := range hist {
+			info, err := txnView(j, &hist[i])
 			if err != nil {
 				return err
 			}
-			var names []string
-			if len(args) == 1 {
-				if !manifest.IsName(args[0]) {
-					return usagef("audit: unknown component %q (known: %v)", args[0], manifest.Names)
-				}
-				names = args
-			} else {
-				names = g.auditRoster(store)
-			}
-			type entry struct {
-				Component string            `json:"component"`
-				Path      string            `json:"path"`
-				Command   []string          `json:"command"`
-				Argv      []string          `json:"argv"`
-				Env       map[string]string `json:"env"`
-			}
-			var out []entry
-			for _, name := range names {
-				spec, err := store.ReadContainerSpec(name)
-				if err != nil {
-					return fmt.Errorf("audit %s: %w", name, err)
-				}
-				out = append(out, entry{Component: name, Path: store.Path(name), Command: nonNil(spec.Command), Argv: nonNil(spec.Argv), Env: spec.Env})
-			}
-			if g.json() {
-				if out == nil {
-					out = []entry{}
-				}
-				return writeJSON(g.stdout, out)
-			}
-			for i, e := range out {
-				if i > 0 {
-					fmt.Fprintln(g.stdout)
-				}
-				fmt.Fprintf(g.stdout, "%s (%s)\n  argv:\n", e.Component, e.Path)
-				for _, a := range e.Argv {
-					fmt.Fprintf(g.stdout, "    %s\n", a)
-				}
-				fmt.Fprintln(g.stdout, "  env:")
-				if len(e.Env) == 0 {
-					fmt.Fprintln(g.stdout, "    (none declared)")
-				}
-				for _, k := range slices.Sorted(maps.Keys(e.Env)) {
-					fmt.Fprintf(g.stdout, "    %s=%s\n", k, e.Env[k])
-				}
-			}
-			return nil
-		}),
+			rep.Transactions = append(rep.Transactions, info)
+		}
 	}
+	rep.NoJournal = !ok
+	if g.json() {
+		return writeJSON(g.stdout, rep)
+	}
+	switch {
+	case rep.NoJournal:
+		fmt.Fprintf(g.stdout, "no transactions: no journal at %s (nothing was imported or upgraded on this node)\n", rep.Journal)
+		return nil
+	case len(rep.Transactions) == 0:
+		fmt.Fprintln(g.stdout, "no transactions")
+		return nil
+	}
+	return printHistory(g.stdout, rep.Transactions, textWidth(g.stdout))
 }
 
-// auditRoster is the node's roster from the journal (read-only); without a
-// readable journal, every component whose manifest is present.
-func (g *globals) auditRoster(store *manifest.Store) []string {
-	if ok, _ := g.journalExists(); ok {
-		if j, err := g.openJournal(true); err == nil {
-			defer j.Close()
-			if st, err := j.NodeState(); err == nil {
-				return manifest.NamesFor(st)
-			}
-		} else {
-			g.log.Warn("journal not readable; auditing every manifest present", "err", err)
+// printHistory writes the history table. width > 0 cuts each REASON so
+// that its line fits in width columns (but leaves at least minReason of
+// it), with a note that `history TXN` has the whole text.
+func printHistory(w io.Writer, txns []txnInfo, width int) error {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tPHASE\tSTARTED\tDURATION\tFROM\tTO\tWRITTEN\tREASON")
+	for _, t := range txns {
+		reason := strings.Join(strings.Fields(orDash(t.Reason)), " ") // one line
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, t.Phase, t.Started.Format(time.RFC3339), t.Duration,
+			orDash(t.From), orDash(t.To), list(t.Written), reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines := strings.SplitAfter(buf.String(), "\n")
+	at := strings.Index(lines[0], "REASON") // tabwriter puts every reason there
+	cut := false
+	for _, line := range lines {
+		if width > 0 && utf8.RuneCountInString(strings.TrimSuffix(line, "\n")) > width && at < len(line) {
+			line, cut = line[:at]+cutText(strings.TrimSuffix(line[at:], "\n"), max(width-at, minReason))+"\n", true
+		}
+		if _, err := io.WriteString(w, line); err != nil {
+			return err
 		}
 	}
-	var names []string
-	for _, n := range manifest.Names {
-		if ok, err := store.Exists(n); err == nil && ok {
-			names = append(names, n)
+	if cut {
+		_, err := fmt.Fprintln(w, "(reasons cut to the terminal's width: `stratum-upgrade history TXN` shows the whole)")
+		return err
+	}
+	return nil
+}
+
+// minReason is how much of a reason a cut leaves on a narrow terminal.
+const minReason = 20
+
+// cutText is s cut to n runes, the last one "…" when s is longer.
+func cutText(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// textWidth is the width to cut history's lines to: the terminal's when w
+// is one, else $COLUMNS when set to a number, else 0: no cut, so that a
+// script or a pager reading a pipe gets whole lines.
+func textWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if width, _, err := term.GetSize(int(f.Fd())); err == nil && width > 0 {
+			return width
 		}
 	}
-	return names
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return 0
+}
+
+// versionReport is version's output (docs/schemas/version.json).
+type versionReport struct {
+	Version       string `json:"version"`
+	Go            string `json:"go"`
+	Platform      string `json:"platform"`
+	JournalSchema int    `json:"journalSchema"`
 }
 
 func newVersionCmd(g *globals) *cobra.Command {
@@ -239,29 +165,12 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Short: "Print the version, the Go version and the journal schema version",
 		Args:  cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			schema := journal.CurrentSchemaVersion
-			v := map[string]any{"version": Version, "go": runtime.Version(), "platform": runtime.GOOS + "/" + runtime.GOARCH, "journalSchema": schema}
+			v := versionReport{Version: Version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, JournalSchema: journal.CurrentSchemaVersion}
 			if g.json() {
 				return writeJSON(g.stdout, v)
 			}
-			fmt.Fprintf(g.stdout, "stratum-upgrade %s\ngo: %s %s/%s\njournal schema: %d\n", Version, runtime.Version(), runtime.GOOS, runtime.GOARCH, schema)
+			fmt.Fprintf(g.stdout, "stratum-upgrade %s\ngo: %s %s\njournal schema: %d\n", v.Version, v.Go, v.Platform, v.JournalSchema)
 			return nil
 		}),
 	}
-}
-
-// recordDetail is a record's payload as an operator reads it: the
-// processes of a done step, the aside directory of an etcd restore.
-func recordDetail(r journal.Record) string {
-	switch {
-	case len(r.Processes) > 0:
-		out := make([]string, len(r.Processes))
-		for i, p := range r.Processes {
-			out[i] = fmt.Sprintf("pid %d@%d", p.PID, p.StartTicks)
-		}
-		return strings.Join(out, ",")
-	case r.AsideDir != "":
-		return "aside " + r.AsideDir
-	}
-	return ""
 }

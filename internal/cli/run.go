@@ -263,7 +263,7 @@ func (r *reporter) event(ev engine.Event) {
 	r.txn = ev.Txn
 	r.writeProgress(&ev, "", "")
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, ev)
+		_ = writeJSON(r.g.stdout, eventOut(ev))
 		return
 	}
 	fmt.Fprintln(r.g.stdout, r.line(ev))
@@ -346,7 +346,7 @@ func (g *globals) prepare() error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{}
+	out := map[string]any{"openTransaction": nil, "swept": nil, "strays": nil} // null: not known
 	var lines []string
 	if store, err := manifest.Open(g.manifestDir, g.storeOptions()); err != nil {
 		if open != nil {
@@ -364,7 +364,11 @@ func (g *globals) prepare() error {
 	if open == nil {
 		lines = append([]string{"no open transaction: nothing to resume"}, lines...)
 	} else {
-		out["openTransaction"] = txnSummary(open)
+		info, err := txnView(j, open)
+		if err != nil {
+			return err
+		}
+		out["openTransaction"] = info
 		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `stratum-upgrade resume` continues it once kubelet runs", open.ID, open.Kind, open.Phase)}, lines...)
 	}
 	if g.json() {

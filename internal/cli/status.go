@@ -47,48 +47,6 @@ journal, status says so and shows that command's last progress event from
 	}
 }
 
-// txnInfo is a transaction as status and history show it.
-type txnInfo struct {
-	ID          string        `json:"id"`
-	Kind        string        `json:"kind"`
-	Phase       journal.Phase `json:"phase"`
-	Started     time.Time     `json:"started"`
-	Updated     time.Time     `json:"updated"`
-	Ended       time.Time     `json:"ended,omitzero"`
-	Duration    string        `json:"duration"`
-	From        string        `json:"from,omitempty"`
-	To          string        `json:"to,omitempty"`
-	Changed     []string      `json:"changed"`
-	SnapshotDir string        `json:"snapshotDir,omitempty"`
-	EtcdBackup  bool          `json:"etcdBackup"`
-	Reason      string        `json:"reason,omitempty"`
-	// IgnoredChecks are the failed pre-flight checks the transaction was
-	// let through with (--ignore-preflight-errors).
-	IgnoredChecks []journal.IgnoredCheck `json:"ignoredChecks,omitempty"`
-}
-
-func txnSummary(t *journal.Txn) txnInfo {
-	info := txnInfo{
-		ID: t.ID, Kind: t.Kind, Phase: t.Phase, Started: t.Started, Updated: t.Updated, Ended: t.Ended,
-		Changed: nonNil(t.Changed), SnapshotDir: t.SnapshotDir, EtcdBackup: len(t.EtcdBackup) > 0, Reason: t.Reason,
-		IgnoredChecks: t.IgnoredChecks,
-	}
-	end := t.Ended
-	if end.IsZero() {
-		end = time.Now()
-		info.Duration = "open " + end.Sub(t.Started).Round(time.Second).String()
-	} else {
-		info.Duration = end.Sub(t.Started).Round(time.Millisecond).String()
-	}
-	if st, err := nodestate.Parse(t.From); err == nil {
-		info.From = st.KubernetesVersion
-	}
-	if st, err := nodestate.Parse(t.To); err == nil {
-		info.To = st.KubernetesVersion
-	}
-	return info
-}
-
 // componentStatus is one component in status.
 type componentStatus struct {
 	Component string `json:"component"`
@@ -97,16 +55,14 @@ type componentStatus struct {
 	Path     string `json:"path"`
 	// Manifest is rendered, target, differs, missing, present (not compared:
 	// the journal is locked) or unreadable.
-	Manifest  string      `json:"manifest"`
-	Health    string      `json:"health,omitempty"`
-	Processes []procEntry `json:"processes"`
-	Active    bool        `json:"active"`
-	Error     string      `json:"error,omitempty"`
-}
-
-type procEntry struct {
-	PID        int    `json:"pid"`
-	StartTicks uint64 `json:"startTicks"`
+	Manifest string `json:"manifest"`
+	// Health is the endpoint active is checked on; null when the component
+	// is in no known roster or has none (kube-vip: its process running is
+	// what active means).
+	Health    *string       `json:"health"`
+	Processes []processJSON `json:"processes"`
+	Active    bool          `json:"active"`
+	Error     *string       `json:"error"`
 }
 
 type nodeInfo struct {
@@ -115,23 +71,27 @@ type nodeInfo struct {
 	Roster            []string `json:"roster"`
 }
 
-// statusReport is status's output.
+// statusReport is status's output (docs/schemas/status.json). Every field
+// is always there: null when unknown or unset.
 type statusReport struct {
-	Journal     string `json:"journal"`
-	NoJournal   bool   `json:"noJournal,omitempty"`
-	Locked      bool   `json:"locked,omitempty"`
-	LockedError string `json:"lockedError,omitempty"`
+	Journal   string `json:"journal"`
+	NoJournal bool   `json:"noJournal"`
+	Locked    bool   `json:"locked"`
+	// LockedError says why the journal could not be read; null unless
+	// locked.
+	LockedError *string `json:"lockedError"`
 	// Progress is the running command's progress file, shown while the
-	// journal is locked.
-	Progress      *Progress         `json:"progress,omitempty"`
-	ProgressAlive bool              `json:"progressPidAlive,omitempty"`
-	Node          *nodeInfo         `json:"node,omitempty"`
-	NodeError     string            `json:"nodeError,omitempty"`
-	Open          *txnInfo          `json:"openTransaction,omitempty"`
-	LastRecord    *journal.Record   `json:"lastRecord,omitempty"`
-	Last          *txnInfo          `json:"lastTransaction,omitempty"`
+	// journal is locked; ProgressAlive says whether its pid still runs.
+	Progress      *progressJSON `json:"progress"`
+	ProgressAlive bool          `json:"progressPidAlive"`
+	Node          *nodeInfo     `json:"node"`
+	// NodeError says why the journal's node state could not be read.
+	NodeError     *string           `json:"nodeError"`
+	Open          *txnInfo          `json:"openTransaction"`
+	LastRecord    *recordJSON       `json:"lastRecord"`
+	Last          *txnInfo          `json:"lastTransaction"`
 	ManifestDir   string            `json:"manifestDir"`
-	ManifestError string            `json:"manifestDirError,omitempty"`
+	ManifestError *string           `json:"manifestDirError"`
 	Components    []componentStatus `json:"components"`
 	Strays        []string          `json:"strays"`
 }
@@ -150,32 +110,39 @@ func (g *globals) status() (*statusReport, error) {
 		j, err := g.openJournal(true)
 		switch {
 		case errors.Is(err, journal.ErrLocked):
-			rep.Locked, rep.LockedError = true, err.Error()
-			if rep.Progress, err = readProgress(g.progressPath()); err != nil {
+			rep.Locked, rep.LockedError = true, ptr(err.Error())
+			p, err := readProgress(g.progressPath())
+			if err != nil {
 				g.log.Warn("progress file unreadable", "err", err)
 			}
-			if rep.Progress != nil {
-				rep.ProgressAlive = alive(rep.Progress.PID)
+			if rep.Progress = progressOut(p); p != nil {
+				rep.ProgressAlive = alive(p.PID)
 			}
 		case err != nil:
 			return nil, err
 		default:
 			defer j.Close()
 			if st, err = j.NodeState(); err != nil {
-				rep.NodeError = err.Error()
+				rep.NodeError = ptr(err.Error())
 				st = nil
 			}
 			if open, err = j.OpenTxn(); err != nil {
 				return nil, err
 			}
 			if open != nil {
-				info := txnSummary(open)
-				rep.Open = &info
-				if recs, err := j.Records(open.ID); err == nil && len(recs) > 0 {
-					rep.LastRecord = &recs[len(recs)-1]
+				recs, err := j.Records(open.ID)
+				if err != nil {
+					return nil, err
+				}
+				rep.Open = ptr(txnSummary(open, recs))
+				if len(recs) > 0 {
+					rep.LastRecord = ptr(recordOut(recs[len(recs)-1]))
 				}
 			} else if hist, err := j.History(1); err == nil && len(hist) > 0 {
-				info := txnSummary(&hist[0])
+				info, err := txnView(j, &hist[0])
+				if err != nil {
+					return nil, err
+				}
 				rep.Last = &info
 			}
 		}
@@ -185,11 +152,11 @@ func (g *globals) status() (*statusReport, error) {
 	}
 	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 	if err != nil {
-		rep.ManifestError = strings.TrimPrefix(err.Error(), "manifest dir: ")
+		rep.ManifestError = ptr(strings.TrimPrefix(err.Error(), "manifest dir: "))
 		return rep, nil
 	}
 	if rep.Strays, err = store.Strays(); err != nil {
-		rep.ManifestError = err.Error()
+		rep.ManifestError = ptr(err.Error())
 	}
 	rep.Strays = nonNil(rep.Strays)
 	var target *nodestate.NodeState
@@ -207,7 +174,7 @@ func (g *globals) status() (*statusReport, error) {
 // component is name's status; ok is false for a component outside the
 // roster that has no manifest (nothing to show).
 func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeState, name string) (componentStatus, bool) {
-	c := componentStatus{Component: name, Path: store.Path(name), Processes: []procEntry{}}
+	c := componentStatus{Component: name, Path: store.Path(name), Processes: []processJSON{}}
 	inRoster := st != nil && slices.Contains(manifest.NamesFor(st), name)
 	if st != nil {
 		c.InRoster = &inRoster
@@ -217,7 +184,7 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 	case errors.Is(err, manifest.ErrNoManifest):
 		c.Manifest = "missing"
 	case err != nil:
-		c.Manifest, c.Error = "unreadable", err.Error()
+		c.Manifest, c.Error = "unreadable", ptr(err.Error())
 	case st == nil:
 		c.Manifest = "present"
 	default:
@@ -245,17 +212,15 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 	}
 	t, err := manifest.Target(tst, name)
 	if err != nil {
-		c.Error = err.Error()
+		c.Error = ptr(err.Error())
 		return c, true
 	}
-	c.Health = t.Health
+	c.Health = optional(t.Health)
 	ps, err := g.scanner.PIDs(t.Binary)
 	if err != nil {
-		c.Error = err.Error()
+		c.Error = ptr(err.Error())
 	}
-	for _, p := range ps {
-		c.Processes = append(c.Processes, procEntry{PID: p.PID, StartTicks: p.StartTicks})
-	}
+	c.Processes = processesJSON(ps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	c.Active = g.scanner.Active(ctx, t)
@@ -300,54 +265,54 @@ func (rep *statusReport) print(w io.Writer) {
 			state := "running"
 			switch {
 			case p.Finished:
-				state = "finished: " + p.Outcome + "; the lock holder is another command"
+				state = "finished: " + orDash(p.Outcome) + "; the lock holder is another command"
 			case !rep.ProgressAlive:
 				state = "no longer running; the lock holder is another command"
 			}
 			fmt.Fprintf(w, "progress:     %s (pid %d, %s), started %s, updated %s\n", p.Command, p.PID, state, p.Started.Format(time.RFC3339), p.Updated.Format(time.RFC3339))
 			if ev := p.Event; ev != nil {
 				msg := ev.Message
-				if ev.Component != "" {
-					msg = ev.Component + ": " + msg
+				if ev.Component != nil {
+					msg = *ev.Component + ": " + msg
 				}
 				fmt.Fprintf(w, "last event:   txn %s, phase %s: %s\n", ev.Txn, ev.Phase, msg)
-				if ev.Waiting != "" && !p.Finished {
-					fmt.Fprintf(w, "waiting for:  %s\n", ev.Waiting)
+				if ev.Waiting != nil && !p.Finished {
+					fmt.Fprintf(w, "waiting for:  %s\n", *ev.Waiting)
 				}
 			}
 		}
 	}
-	if rep.NodeError != "" {
-		fmt.Fprintf(w, "node:         %s\n", rep.NodeError)
+	if rep.NodeError != nil {
+		fmt.Fprintf(w, "node:         %s\n", *rep.NodeError)
 	}
 	if n := rep.Node; n != nil {
 		fmt.Fprintf(w, "node:         %s, Kubernetes %s, roster %s\n", n.Name, n.KubernetesVersion, strings.Join(n.Roster, ", "))
 	}
 	if t := rep.Open; t != nil {
 		fmt.Fprintf(w, "transaction:  %s %s OPEN in phase %s, started %s (%s)\n", t.ID, t.Kind, t.Phase, t.Started.Format(time.RFC3339), t.Duration)
-		if t.From != "" || t.To != "" {
-			fmt.Fprintf(w, "              %s -> %s, changing %s\n", t.From, t.To, list(t.Changed))
+		if t.From != nil || t.To != nil {
+			fmt.Fprintf(w, "              %s -> %s, changing %s; written so far: %s\n", orDash(t.From), orDash(t.To), list(t.Planned), list(t.Written))
 		}
 		if r := rep.LastRecord; r != nil {
-			fmt.Fprintf(w, "              last journaled step: %s %s %s at %s\n", r.Phase, r.Step, r.Component, r.Time.Format(time.RFC3339))
+			fmt.Fprintf(w, "              last journaled step: %s %s %s at %s\n", r.Phase, orDash(r.Step), orDash(r.Component), r.Time.Format(time.RFC3339))
 		}
-		if t.Reason != "" {
-			fmt.Fprintf(w, "              reason: %s\n", t.Reason)
+		if t.Reason != nil {
+			fmt.Fprintf(w, "              reason: %s\n", *t.Reason)
 		}
 		fmt.Fprintln(w, "              `stratum-upgrade resume` continues it; `stratum-upgrade rollback` undoes it")
 	} else if !rep.NoJournal && !rep.Locked {
 		if t := rep.Last; t != nil {
 			fmt.Fprintf(w, "transaction:  none open; last %s %s %s, ended %s\n", t.ID, t.Kind, t.Phase, t.Ended.Format(time.RFC3339))
-			if t.Reason != "" {
-				fmt.Fprintf(w, "              reason: %s\n", t.Reason)
+			if t.Reason != nil {
+				fmt.Fprintf(w, "              reason: %s\n", *t.Reason)
 			}
 		} else {
 			fmt.Fprintln(w, "transaction:  none")
 		}
 	}
 	fmt.Fprintf(w, "manifest dir: %s\n", rep.ManifestDir)
-	if rep.ManifestError != "" {
-		fmt.Fprintf(w, "              %s\n", rep.ManifestError)
+	if rep.ManifestError != nil {
+		fmt.Fprintf(w, "              %s\n", *rep.ManifestError)
 	}
 	if len(rep.Components) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -358,8 +323,8 @@ func (rep *statusReport) print(w io.Writer) {
 				ps = append(ps, fmt.Sprintf("%d/%d", p.PID, p.StartTicks))
 			}
 			procs := list(ps)
-			if c.Error != "" {
-				procs += " (" + c.Error + ")"
+			if c.Error != nil {
+				procs += " (" + *c.Error + ")"
 			}
 			roster := "?"
 			if c.InRoster != nil {
