@@ -16,7 +16,7 @@ import (
 // lateStart is the model kubelet, plus one process of binary that a start
 // kubelet issued before it saw the rollback's removal brings up after the
 // rollback saw the component gone: it appears at the first mark taken
-// once armed is set and runs for half the quiet period, until kubelet
+// once armed is set and runs for half the quiet period (quietTicks), until kubelet
 // kills it.
 type lateStart struct {
 	*kubeletmodel.Kubelet

@@ -259,11 +259,18 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 }
 
 // quietTicks is how long the stopped components must stay stopped before
-// the rollback marks them: one second, kubelet's PLEG relist period. A
+// the rollback marks and restores them: 2.5 s. It serves two ends. A
 // container start kubelet issued before it saw the removal (a crash-loop
 // restart) may still complete after the process was seen gone; kubelet
-// kills it once it has, and a second WaitGone waits for that.
-const quietTicks = 100
+// kills it once it has (a pod being terminated is never synced again:
+// pod_workers.go), and a second WaitGone waits for that. And kubelet
+// releases a static pod's name only once its pod worker has finished
+// (completeTerminated: a container-state refresh, the volume unmounts, the
+// pod cgroup's removal), 0.3-2 s after the last process exits; a pod of
+// that name written earlier is held 10-15 s (allowPodStart), one written
+// after starts at once. A guess that comes too early costs that hold,
+// never correctness (docs/performance.md).
+const quietTicks = 250
 
 // quiet lets the clock pass quietTicks after the stops, then waits again
 // until no process of comps runs.
