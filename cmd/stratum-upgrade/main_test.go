@@ -83,6 +83,9 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("REPO", repo)
+			// No config file: the host's /etc/stratum/upgrade.yaml must
+			// not change what the scripts see.
+			env.Setenv("STRATUM_CONFIG", "")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
