@@ -189,8 +189,10 @@ type globals struct {
 	// the transaction flags of run, resume and rollback), so that the
 	// config file and the environment can fill in any of them.
 	flags *pflag.FlagSet
-	// cfg is the config file read by setup; nil before.
-	cfg *config
+	// cfg is the config file read by setup; nil before. origin says
+	// where each flag set from the environment or the file came from.
+	cfg    *config
+	origin map[string]string
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
@@ -239,11 +241,11 @@ func (g *globals) setup() error {
 	switch g.output {
 	case "text", "json":
 	default:
-		return cmdLineErrorf("--output %q: must be text or json", g.output)
+		return cmdLineErrorf("--output %q: must be text or json%s", g.output, g.from("output"))
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return cmdLineErrorf("--log-level %q: must be debug, info, warn or error", g.logLevel)
+		return cmdLineErrorf("--log-level %q: must be debug, info, warn or error%s", g.logLevel, g.from("log-level"))
 	}
 	for _, d := range []struct {
 		name string
@@ -253,11 +255,11 @@ func (g *globals) setup() error {
 		{"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
 	} {
 		if d.v <= 0 {
-			return cmdLineErrorf("%s %s: must be positive", d.name, d.v)
+			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))
 		}
 	}
 	if g.keep < 1 {
-		return cmdLineErrorf("--keep %d: must be at least 1", g.keep)
+		return cmdLineErrorf("--keep %d: must be at least 1%s", g.keep, g.from("keep"))
 	}
 	if g.manifestDir == "" || g.stateDir == "" {
 		return cmdLineErrorf("--manifest-dir and --state-dir must not be empty")

@@ -108,6 +108,7 @@ func (g *globals) applyConfig(lookupEnv func(string) (string, bool)) error {
 		return err
 	}
 	g.cfg = c
+	g.origin = map[string]string{}
 	if g.flags == nil {
 		return nil
 	}
@@ -120,13 +121,24 @@ func (g *globals) applyConfig(lookupEnv func(string) (string, bool)) error {
 			if err := f.Value.Set(v); err != nil {
 				return cmdLineErrorf("%s=%q: invalid value for --%s: %v", envName(k), v, k, err)
 			}
+			g.origin[k] = envName(k)
 			continue
 		}
 		if v, ok := c.values[k]; ok {
 			if err := f.Value.Set(v); err != nil {
 				return usagef("config file %s: %s: %q: invalid value for --%s: %v", c.path, k, v, k, err)
 			}
+			g.origin[k] = k + " in " + c.path
 		}
 	}
 	return nil
+}
+
+// from says where the value of flag ("--soak") came from when not the
+// command line or the default: " (set by STRATUM_SOAK)".
+func (g *globals) from(flag string) string {
+	if o := g.origin[strings.TrimPrefix(flag, "--")]; o != "" {
+		return " (set by " + o + ")"
+	}
+	return ""
 }

@@ -51,7 +51,7 @@ type knownJournal struct {
 // that the built-in default, the environment or the config file name and
 // that hold a journal.
 func (g *globals) otherJournals() []knownJournal {
-	cands := []knownJournal{{DefaultStateDir, "the built-in default"}}
+	cands := []knownJournal{{DefaultStateDir, "the built-in default state directory"}}
 	if v, ok := os.LookupEnv(envName("state-dir")); ok && v != "" {
 		cands = append(cands, knownJournal{v, envName("state-dir")})
 	}
@@ -67,7 +67,7 @@ func (g *globals) otherJournals() []knownJournal {
 			continue
 		}
 		seen[c.stateDir] = true
-		if fi, err := os.Lstat(c.stateDir + "/" + JournalFile); err == nil && fi.Mode().IsRegular() {
+		if fi, err := os.Lstat(filepath.Join(c.stateDir, JournalFile)); err == nil && fi.Mode().IsRegular() {
 			out = append(out, c)
 		}
 	}
@@ -148,7 +148,7 @@ func checkCreatable(what, dir string) error {
 	for p := dir; ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		switch {
-		case errors.Is(err, fs.ErrNotExist) && p != filepath.Dir(p):
+		case (errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR)) && p != filepath.Dir(p):
 			continue
 		case err != nil:
 			return fmt.Errorf("%s %s: %w", what, dir, err)
@@ -292,10 +292,19 @@ func (g *globals) asRoot(err error) error {
 
 // noJournalAdvice is what to do about a missing journal.
 func (g *globals) noJournalAdvice(e *noJournalError) string {
-	var b strings.Builder
-	for _, o := range e.others {
-		fmt.Fprintf(&b, "; but %s/%s exists (%s): did you mean --state-dir %s?", o.stateDir, JournalFile, o.source, o.stateDir)
+	init := fmt.Sprintf("`%s` imports the node state and creates it", g.cmdline("init --state FILE"))
+	if len(e.others) == 0 {
+		return "; " + init
 	}
-	fmt.Fprintf(&b, "; `%s` imports the node state and creates it", g.cmdline("init --state FILE"))
+	var b strings.Builder
+	for i, o := range e.others {
+		if i == 0 {
+			b.WriteString(". But ")
+		} else {
+			b.WriteString(" And ")
+		}
+		fmt.Fprintf(&b, "%s exists (%s): did you mean --state-dir %s?", filepath.Join(o.stateDir, JournalFile), o.source, shellQuote(o.stateDir))
+	}
+	b.WriteString(" If not, " + init)
 	return b.String()
 }
