@@ -33,7 +33,9 @@ type commandConventions struct {
 	// required is the flag the command cannot run without and its
 	// placeholder; argFlag the flag a positional argument belongs to.
 	required, placeholder string
-	example               string
+	// noArgs: the command takes no positional argument.
+	noArgs  bool
+	example string
 }
 
 var conventionsOf = map[string]commandConventions{
@@ -41,7 +43,7 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade init --state /etc/stratum/node.yaml
   # Replace the node state, or move the node to kubelet's new staticPodPath.
   stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
-	"render": {group: "setup", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
+	"render": {group: "setup", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
   stratum-upgrade render`},
 	"plan": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "to", placeholder: "RELEASE", example: `  # Show what an upgrade would change; nothing is written.
   stratum-upgrade plan --to release-v1.34.5.yaml
@@ -50,22 +52,22 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade run --to release-v1.34.5.yaml
   # A longer soak, and metrics for node_exporter's textfile collector.
   stratum-upgrade run --to release-v1.34.5.yaml --soak 2m --metrics-file /var/lib/node_exporter/stratum-upgrade.prom`},
-	"resume": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Continue an interrupted transaction (the boot unit runs this after kubelet).
+	"resume": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Continue an interrupted transaction (the boot unit runs this after kubelet).
   stratum-upgrade resume
   # The boot step before kubelet: sweep staging leftovers, wait for nothing.
   stratum-upgrade resume --prepare`},
-	"rollback": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Undo the open transaction.
+	"rollback": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Undo the open transaction.
   stratum-upgrade rollback --reason "apiserver latency regression"
   # Undo the last committed upgrade from its snapshot.
   stratum-upgrade rollback --last`},
-	"status": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade status
+	"status": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade status
   stratum-upgrade status -o json`},
 	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
   # One transaction with every journaled step.
   stratum-upgrade history 20261202T130405Z-1a2b`},
 	"audit": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade audit
   stratum-upgrade audit kube-apiserver -o json`},
-	"version": {group: "other", exits: []int{ExitOK, ExitUsage}, example: `  stratum-upgrade version -o json`},
+	"version": {group: "other", noArgs: true, exits: []int{ExitOK, ExitUsage}, example: `  stratum-upgrade version -o json`},
 }
 
 // exitName is a code's name in a command's exit-code line.
@@ -106,8 +108,11 @@ func (g *globals) conventions(root *cobra.Command) {
 				cmd.Flags().AddFlag(g.flags.Lookup(name))
 			}
 		}
-		if cc.required != "" {
+		switch {
+		case cc.required != "":
 			g.requireFlag(cmd, cc.required, cc.placeholder)
+		case cc.noArgs:
+			cmd.Args = noArgs
 		}
 	}
 	g.checkHistoryLimit(root)
@@ -147,6 +152,14 @@ func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder string) {
 		}
 		return nil
 	}
+}
+
+// noArgs refuses any positional argument, naming the command.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return cmdLineErrorf("%s takes no arguments (got %s)", cmd.Name(), strings.Join(args, " "))
+	}
+	return nil
 }
 
 // checkHistoryLimit refuses a negative history --limit.
