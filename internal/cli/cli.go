@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ciq/stratum-upgrade/engine"
-	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -231,69 +229,6 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// setup applies the environment and the config file to the flags the
-// command line left unset, validates the global flags and builds the
-// logger and the scanner.
-func (g *globals) setup() error {
-	if err := g.applyConfig(os.LookupEnv); err != nil {
-		return err
-	}
-	switch g.output {
-	case "text", "json":
-	default:
-		return cmdLineErrorf("--output %q: must be text or json%s", g.output, g.from("output"))
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return cmdLineErrorf("--log-level %q: must be debug, info, warn or error%s", g.logLevel, g.from("log-level"))
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"--replace-timeout", g.dl.Replace}, {"--active-timeout", g.dl.Active}, {"--stop-timeout", g.dl.Stop},
-		{"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
-	} {
-		if d.v <= 0 {
-			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))
-		}
-	}
-	if g.keep < 1 {
-		return cmdLineErrorf("--keep %d: must be at least 1%s", g.keep, g.from("keep"))
-	}
-	if g.manifestDir == "" || g.stateDir == "" {
-		return cmdLineErrorf("--manifest-dir and --state-dir must not be empty")
-	}
-	for _, p := range []*string{&g.manifestDir, &g.stateDir} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			return usagef("%s: %w", *p, err)
-		}
-		*p = abs
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if g.json() {
-		g.log = slog.New(slog.NewJSONHandler(g.stderr, opts))
-	} else {
-		g.log = slog.New(slog.NewTextHandler(g.stderr, opts))
-	}
-	// The packages below log through slog.Default in places (migrations).
-	slog.SetDefault(g.log)
-	g.scanner = proc.Host().WithBootID(fault.BootID()) // "" (the kernel's) but in a stratumfault build
-	switch g.procScope {
-	case "":
-	case "self":
-		g.scanner = g.scanner.Within(os.Getpid())
-	default:
-		pid, err := strconv.Atoi(g.procScope)
-		if err != nil || pid < 1 {
-			return cmdLineErrorf("--proc-scope %q: must be a pid or \"self\"", g.procScope)
-		}
-		g.scanner = g.scanner.Within(pid)
-	}
-	return nil
-}
-
 func (g *globals) storeOptions() manifest.Options {
 	return manifest.Options{Scanner: g.scanner, Logger: g.log}
 }
@@ -325,12 +260,12 @@ func refuseOpenTxn(j *journal.Journal, what string) error {
 // file in os.TempDir() that the line names, and returns ExitError. A panic
 // in another goroutine still crashes the process.
 func Main(args []string, stdout, stderr io.Writer) (code int) {
+	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
 	defer func() {
 		if r := recover(); r != nil {
-			code = internalError(r, debug.Stack(), stderr)
+			code = g.internalError(r, debug.Stack())
 		}
 	}()
-	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
 	root := newRoot(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -363,7 +298,7 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 var panicSeam func()
 
 // internalError reports the recovered panic r and returns ExitError.
-func internalError(r any, stack []byte, stderr io.Writer) int {
+func (g *globals) internalError(r any, stack []byte) int {
 	where := "it could not be saved"
 	if f, err := os.CreateTemp("", "stratum-upgrade-panic-*.txt"); err == nil {
 		fmt.Fprintf(f, "stratum-upgrade %s: panic: %v\n\n%s", Version, r, stack)
@@ -371,7 +306,7 @@ func internalError(r any, stack []byte, stderr io.Writer) int {
 			where = "saved in " + f.Name()
 		}
 	}
-	fmt.Fprintf(stderr, "stratum-upgrade: internal error: %v (a bug: please report it with the stack trace, %s). The command stopped there and wrote nothing more; what it did before is journaled: `stratum-upgrade status` shows the node, and `stratum-upgrade resume` continues an open transaction\n", r, where)
+	fmt.Fprintf(g.stderr, "stratum-upgrade: internal error: %v (a bug: please report it with the stack trace, %s). The command stopped there and wrote nothing more; what it did before is journaled: `%s` shows the node, and `%s` continues an open transaction\n", r, where, g.cmdline("status"), g.cmdline("resume"))
 	return ExitError
 }
 
@@ -424,34 +359,6 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	)
 	g.conventions(root)
 	return root
-}
-
-// globalFlags are the flags every command takes; txnFlags only the
-// commands that drive a transaction (run, resume, rollback).
-var (
-	globalFlags = []string{"manifest-dir", "state-dir", "lock-timeout", "log-level", "output", "proc-scope"}
-	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "soak", "etcd-backup-timeout", "keep", "metrics-file"}
-)
-
-// defineFlags binds every global and transaction flag to g, in one set
-// that newRoot hands out to the commands that take each.
-func (g *globals) defineFlags() *pflag.FlagSet {
-	f := pflag.NewFlagSet("stratum-upgrade", pflag.ContinueOnError)
-	f.StringVar(&g.manifestDir, "manifest-dir", manifest.DefaultDir, "the static pod manifest directory (kubelet's staticPodPath); init records it in the journal")
-	f.StringVar(&g.stateDir, "state-dir", DefaultStateDir, "state directory: the journal ("+JournalFile+"), snapshots ("+SnapshotsDir+"/), "+ProgressFile)
-	f.DurationVar(&g.dl.Replace, "replace-timeout", engine.DefaultDeadlines.Replace, "how long to wait for kubelet to replace a component's process after its manifest is written")
-	f.DurationVar(&g.dl.Active, "active-timeout", engine.DefaultDeadlines.Active, "how long to wait for a new process to answer its health endpoint")
-	f.DurationVar(&g.dl.Stop, "stop-timeout", engine.DefaultDeadlines.Stop, "how long to wait for a component to exit after its manifest is removed")
-	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit (health is checked every 200ms)")
-	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
-	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
-	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
-	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json (one JSON object per line)")
-	f.StringVar(&g.metricsFile, "metrics-file", "", "after the transaction, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
-	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
-	_ = f.MarkHidden("proc-scope")
-	return f
 }
 
 // list formats names for a text line: "-" when empty.
