@@ -199,7 +199,7 @@ func (g *globals) guardNoJournal(root *cobra.Command) {
 			nj := g.noJournal().(*noJournalError)
 			switch {
 			case cmd.Name() != "resume":
-				if len(nj.others) > 0 {
+				if len(nj.others) > 0 && len(args) == 0 { // history TXN fails with the same words
 					fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s%s\n", nj, g.noJournalAdvice(nj))
 				}
 				return inner(cmd, args)
