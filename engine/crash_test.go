@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,9 +62,13 @@ func newCrashNode(t *testing.T, fail string) *crashNode {
 // args are the global flags every invocation gets: the node's directories,
 // scans scoped to the kubelet stand-in's tree, deadlines for the test bed.
 func (c *crashNode) args(extra ...string) []string {
-	return append(extra, "--manifest-dir", c.node.ManifestDir, "--state-dir", c.stateDir,
-		"--proc-scope", strconv.Itoa(c.node.KubeletPID), "--replace-timeout", "20s", "--active-timeout", "3s",
-		"--stop-timeout", "10s", "--soak", "1s", "--log-level", "info")
+	argv := append(extra, "--manifest-dir", c.node.ManifestDir, "--state-dir", c.stateDir,
+		"--proc-scope", strconv.Itoa(c.node.KubeletPID), "--log-level", "info")
+	if len(extra) > 0 && slices.Contains([]string{"run", "resume", "rollback"}, extra[0]) {
+		// The transaction flags: only the commands that drive one take them.
+		argv = append(argv, "--replace-timeout", "20s", "--active-timeout", "3s", "--stop-timeout", "10s", "--soak", "1s")
+	}
+	return argv
 }
 
 // run runs the binary to its end and returns its exit code (-1 when

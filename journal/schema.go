@@ -16,6 +16,10 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	                              nodestate.(*NodeState).Marshal; read back
 	                              with nodestate.Parse. Absent until the first
 	                              PutNodeState or Commit.
+	    manifest_dir              the absolute path of the manifest
+	                              directory the node state is rendered into
+	                              (PutManifestDir, set by `init`). Absent in
+	                              a journal written before it was recorded.
 
 	txns                          bucket; its bbolt sequence numbers txns
 	    <txn id>                  JSON of Txn (field names in the json tags of
@@ -46,6 +50,13 @@ Invariants, all kept by single bbolt transactions: at most one txn is open;
 open/txn names it and its phase is open; a txn with a terminal phase has
 Ended set and never changes again; state/current changes only through
 PutNodeState (no txn open) or Commit.
+
+state/manifest_dir came without a version bump: it is a new key in an
+existing bucket that no older binary reads, writes or refuses (version 4
+binaries leave the state bucket's other keys alone), and an absent key
+reads as "not recorded", which is what every older file is. A version bump
+would make every older binary refuse every newer file for a key it can
+safely ignore.
 
 Versions and migrations. A file with no meta bucket is version 0. Version 0
 is the pre-release layout, written by builds before the journal was

@@ -81,8 +81,15 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
+		// STRATUM_UPDATE_GOLDEN=1 rewrites each `cmp` golden file in its
+		// script to what the command printed (review the diff!);
+		// cmpnorm goldens are dumped by STRATUM_GOLDEN_DUMP instead.
+		UpdateScripts: os.Getenv("STRATUM_UPDATE_GOLDEN") == "1",
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("REPO", repo)
+			// No config file: the host's /etc/stratum/upgrade.yaml must
+			// not change what the scripts see.
+			env.Setenv("STRATUM_CONFIG", "")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,9 +36,12 @@ func (c *cliNode) su(args ...string) (int, string, string) {
 		"--manifest-dir=" + c.node.ManifestDir,
 		"--state-dir=" + c.stateDir,
 		"--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
-		"--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
-		"--metrics-file=" + c.metrics,
 	}, args...)
+	if len(args) > 0 && slices.Contains([]string{"run", "resume", "rollback"}, args[0]) {
+		// The transaction flags: only the commands that drive one take them.
+		argv = append(argv, "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
+			"--metrics-file="+c.metrics)
+	}
 	cmd := exec.Command("stratum-upgrade", argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -10,33 +10,44 @@ import (
 
 // advice is what the operator should do about err, as the CLI says it:
 // the library returns typed errors that state what is wrong, and the
-// commands to run next are the CLI's to name. It is appended to the error
-// where the error is printed; "" when there is nothing to add.
-func advice(err error) string {
+// commands to run next are the CLI's to name, each made by g.cmdline so
+// that it carries the --state-dir and --manifest-dir in use. It is
+// appended to the error where the error is printed; "" when there is
+// nothing to add.
+func (g *globals) advice(err error) string {
 	var rf *engine.RollbackFailedError
+	var nj *noJournalError
+	var md *manifestDirError
 	switch {
 	case err == nil:
 		return ""
+	case errors.As(err, &nj):
+		return g.noJournalAdvice(nj)
+	case errors.As(err, &md):
+		return fmt.Sprintf(". Run it with --manifest-dir %s; or, if kubelet's staticPodPath moved to %s, move the node there with `%s` (the old directory is left as it is)",
+			shellQuote(md.recorded), md.given, g.cmdline("init --force --state FILE"))
 	case errors.As(err, &rf):
-		adv := ". The node state in the journal is still the one from before this transaction; `stratum-upgrade status` shows each component. Fix the cause, then run `stratum-upgrade render` to put every manifest back from it."
+		adv := fmt.Sprintf(". The node state in the journal is still the one from before this transaction; `%s` shows each component. Fix the cause, then run `%s` to put every manifest back from it.", g.cmdline("status"), g.cmdline("render"))
 		if rf.EtcdAside != "" {
-			adv = fmt.Sprintf(". etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `stratum-upgrade render`, or etcd starts as a new, empty cluster", rf.EtcdDataDir, rf.EtcdAside, rf.EtcdDataDir+".stratum-restore") + adv
+			adv = fmt.Sprintf(". etcd's data dir %s is missing and its data is at %s: move it back (or finish the restore from %s) BEFORE running `%s`, or etcd starts as a new, empty cluster", rf.EtcdDataDir, rf.EtcdAside, rf.EtcdDataDir+".stratum-restore", g.cmdline("render")) + adv
 		}
 		return adv
 	case errors.Is(err, engine.ErrUntrustedJournal):
-		return ". The journal was damaged or edited; see it with `stratum-upgrade history`. Do not edit it back by hand: restore the state directory's stratum.db from a backup, or move it aside and re-import the node state with `stratum-upgrade init --state` (the history is then lost), then `stratum-upgrade render`"
+		return fmt.Sprintf(". The journal was damaged or edited; see it with `%s`. Do not edit it back by hand: restore the state directory's stratum.db from a backup, or move it aside and re-import the node state with `%s` (the history is then lost), then `%s`", g.cmdline("history"), g.cmdline("init --state FILE"), g.cmdline("render"))
 	case errors.Is(err, engine.ErrStillOpen):
-		return "; once the cause is fixed, `stratum-upgrade resume` continues it"
+		return fmt.Sprintf("; once the cause is fixed, `%s` continues it", g.cmdline("resume"))
 	case errors.Is(err, journal.ErrTxnOpen):
-		return "; run `stratum-upgrade resume` to finish it, or `stratum-upgrade rollback` to undo it"
+		return fmt.Sprintf("; run `%s` to finish it, or `%s` to undo it", g.cmdline("resume"), g.cmdline("rollback"))
+	case errors.Is(err, journal.ErrNoState):
+		return fmt.Sprintf(": run `%s` on this node first", g.cmdline("init --state FILE"))
 	case errors.Is(err, journal.ErrCorrupt):
 		return ". Keep a copy of the file for a bug report; this command wrote no manifest. The node runs what its manifests say: check them and `crictl ps`, then follow \"A damaged journal\" in docs/operations.md to move the journal aside and re-import the node state"
 	case errors.Is(err, journal.ErrNeedsMigration):
-		return "; it was written by an older stratum-upgrade: `stratum-upgrade resume` (or any command that writes) migrates it in one atomic step, an open transaction included"
+		return fmt.Sprintf("; it was written by an older stratum-upgrade: `%s` (or any command that writes) migrates it in one atomic step, an open transaction included", g.cmdline("resume"))
 	case errors.Is(err, journal.ErrLocked):
-		return "; wait for it, or see `stratum-upgrade status`"
+		return fmt.Sprintf("; wait for it, or see `%s`", g.cmdline("status"))
 	case errors.Is(err, engine.ErrUnrestorable):
-		return "; run `stratum-upgrade render` to rewrite it from the node state, then try again"
+		return fmt.Sprintf("; run `%s` to rewrite it from the node state, then try again", g.cmdline("render"))
 	case errors.Is(err, engine.ErrPreflight):
 		return "\nEach check says which release would be valid: upgrade through it first. To go ahead anyway, let a check through with --ignore-preflight-errors=NAME[,NAME...] (or all); the journal records it with the transaction"
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
@@ -46,9 +57,14 @@ func advice(err error) string {
 }
 
 // withAdvice is err's message followed by its advice.
-func withAdvice(err error) string {
+func (g *globals) withAdvice(err error) string {
 	if err == nil {
 		return ""
 	}
-	return err.Error() + advice(err)
+	return err.Error() + g.advice(err)
 }
+
+// withAdvice is err's message followed by its advice, with suggested
+// commands for the default directories. Deprecated: use g.withAdvice,
+// which names the directories in use.
+func withAdvice(err error) string { return (&globals{}).withAdvice(err) }

@@ -20,7 +20,7 @@ func TestAdvice(t *testing.T) {
 		{fmt.Errorf("%w: x: %w", engine.ErrInterrupted, engine.ErrStillOpen), []string{"`stratum-upgrade resume` continues it"}},
 		{fmt.Errorf("%w: manifest m", engine.ErrUnrestorable), []string{"`stratum-upgrade render`"}},
 		{fmt.Errorf("%w: slow", engine.ErrEtcdBackupTimeout), []string{"--etcd-backup-timeout"}},
-		{&engine.UntrustedJournalError{Txn: "t", Field: "snapshotDir", Value: "/etc"}, []string{"`stratum-upgrade history`", "`stratum-upgrade init --state`"}},
+		{&engine.UntrustedJournalError{Txn: "t", Field: "snapshotDir", Value: "/etc"}, []string{"`stratum-upgrade history`", "`stratum-upgrade init --state FILE`"}},
 		{fmt.Errorf("open: %w", journal.ErrNeedsMigration), []string{"`stratum-upgrade resume`"}},
 		{fmt.Errorf("status: %w", &journal.CorruptError{Path: "/var/lib/stratum/stratum.db", Err: errors.New("page 7 says it is page 9")}),
 			[]string{"bug report", "wrote no manifest", "docs/operations.md"}},
@@ -39,7 +39,29 @@ func TestAdvice(t *testing.T) {
 			}
 		}
 	}
-	if a := advice(errors.New("plain")); a != "" {
+	if a := (&globals{}).advice(errors.New("plain")); a != "" {
 		t.Errorf("advice for an untyped error: %q", a)
+	}
+}
+
+// A suggested command carries --state-dir and --manifest-dir when they are
+// not the defaults, quoted for a shell when they need it.
+func TestAdviceCarriesDirs(t *testing.T) {
+	g := &globals{stateDir: "/srv/stratum state", manifestDir: "/srv/manifests"}
+	got := g.withAdvice(fmt.Errorf("run: %w", journal.ErrTxnOpen))
+	for _, w := range []string{
+		"`stratum-upgrade resume --state-dir '/srv/stratum state' --manifest-dir /srv/manifests`",
+		"`stratum-upgrade rollback --state-dir '/srv/stratum state' --manifest-dir /srv/manifests`",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("advice %q does not say %q", got, w)
+		}
+	}
+	g = &globals{stateDir: DefaultStateDir, manifestDir: "/etc/kubernetes/manifests"}
+	if got, want := g.cmdline("status"), "stratum-upgrade status"; got != want {
+		t.Errorf("cmdline with the defaults = %q, want %q", got, want)
+	}
+	if got, want := shellQuote("it's"), `'it'\''s'`; got != want {
+		t.Errorf("shellQuote = %s, want %s", got, want)
 	}
 }

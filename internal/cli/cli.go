@@ -17,15 +17,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
-	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/engine"
-	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -104,8 +102,12 @@ var exitCodesHelp = func() string {
 }()
 
 // usageError is an error the user fixes in the command line or an input
-// file: exit code 2.
-type usageError struct{ err error }
+// file: exit code 2. cmdLine marks a mistake in the command line itself
+// (a flag, an argument), after which Main points at the command's --help.
+type usageError struct {
+	err     error
+	cmdLine bool
+}
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
@@ -114,10 +116,16 @@ func usage(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &usageError{err}
+	return &usageError{err: err}
 }
 
 func usagef(format string, args ...any) error { return usage(fmt.Errorf(format, args...)) }
+
+// cmdLineErrorf is a usage error in the command line: a bad or missing
+// flag or argument.
+func cmdLineErrorf(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...), cmdLine: true}
+}
 
 // codeError carries an explicit exit code (a command that reports its own
 // outcome, e.g. a successful explicit rollback).
@@ -175,6 +183,15 @@ type globals struct {
 	procScope   string
 	dirLocked   bool // this process holds the manifest dir's flock
 
+	// flags holds every flag bound to these fields (the global ones and
+	// the transaction flags of run, resume and rollback), so that the
+	// config file and the environment can fill in any of them.
+	flags *pflag.FlagSet
+	// cfg is the config file read by setup; nil before. origin says
+	// where each flag set from the environment or the file came from.
+	cfg    *config
+	origin map[string]string
+
 	stdout, stderr io.Writer
 	log            *slog.Logger
 	scanner        *proc.Scanner
@@ -186,124 +203,40 @@ func (g *globals) progressPath() string { return filepath.Join(g.stateDir, Progr
 func (g *globals) snapshotRoot() string { return filepath.Join(g.stateDir, SnapshotsDir) }
 func (g *globals) json() bool           { return g.output == "json" }
 
-// setup validates the global flags and builds the logger and the scanner.
-func (g *globals) setup() error {
-	switch g.output {
-	case "text", "json":
-	default:
-		return usagef("--output %q: must be text or json", g.output)
+// cmdline is the command line an operator runs to do args ("resume",
+// "init --state FILE") on this node: "stratum-upgrade ARGS", followed by
+// --state-dir and --manifest-dir when they are not the built-in defaults,
+// so that a suggested command acts on the directories this one did, from
+// any shell. Every command a message suggests is made here.
+func (g *globals) cmdline(args string) string {
+	var b strings.Builder
+	b.WriteString("stratum-upgrade ")
+	b.WriteString(args)
+	if g.stateDir != "" && g.stateDir != DefaultStateDir {
+		b.WriteString(" --state-dir " + shellQuote(g.stateDir))
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		return usagef("--log-level %q: must be debug, info, warn or error", g.logLevel)
+	if g.manifestDir != "" && g.manifestDir != manifest.DefaultDir {
+		b.WriteString(" --manifest-dir " + shellQuote(g.manifestDir))
 	}
-	for name, d := range map[string]time.Duration{
-		"--replace-timeout": g.dl.Replace, "--active-timeout": g.dl.Active, "--stop-timeout": g.dl.Stop,
-		"--soak": g.dl.Soak, "--etcd-backup-timeout": g.dl.EtcdBackup, "--lock-timeout": g.lockTimeout,
-	} {
-		if d < 0 {
-			return usagef("%s %s: must not be negative (0 takes the default)", name, d)
-		}
-	}
-	if g.keep < 1 {
-		return usagef("--keep %d: must be at least 1", g.keep)
-	}
-	if g.manifestDir == "" || g.stateDir == "" {
-		return usagef("--manifest-dir and --state-dir must not be empty")
-	}
-	for _, p := range []*string{&g.manifestDir, &g.stateDir} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			return usagef("%s: %w", *p, err)
-		}
-		*p = abs
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if g.json() {
-		g.log = slog.New(slog.NewJSONHandler(g.stderr, opts))
-	} else {
-		g.log = slog.New(slog.NewTextHandler(g.stderr, opts))
-	}
-	// The packages below log through slog.Default in places (migrations).
-	slog.SetDefault(g.log)
-	g.scanner = proc.Host().WithBootID(fault.BootID()) // "" (the kernel's) but in a stratumfault build
-	switch g.procScope {
-	case "":
-	case "self":
-		g.scanner = g.scanner.Within(os.Getpid())
-	default:
-		pid, err := strconv.Atoi(g.procScope)
-		if err != nil || pid < 1 {
-			return usagef("--proc-scope %q: must be a pid or \"self\"", g.procScope)
-		}
-		g.scanner = g.scanner.Within(pid)
-	}
-	return nil
+	return b.String()
 }
 
-// openJournal opens the journal, read-only or for writing. A read-write
-// open creates the state directory and the journal when missing.
-func (g *globals) openJournal(readOnly bool) (*journal.Journal, error) {
-	if !readOnly {
-		if err := durable.MkdirAll(g.stateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("state directory %s: %w (choose another with --state-dir)", g.stateDir, err)
-		}
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
+		return s
 	}
-	if !readOnly && !g.dirLocked {
-		// The journal's lock keeps out a second stratum-upgrade on this
-		// state dir; the manifest dir's own lock keeps out one on another.
-		// Held until the process exits.
-		if _, err := manifest.LockDir(g.manifestDir, g.lockTimeoutOrDefault()); err != nil {
-			return nil, err
-		}
-		g.dirLocked = true
-	}
-	j, err := journal.Open(g.journalPath(), journal.Options{ReadOnly: readOnly, LockTimeout: g.lockTimeout, BootID: fault.BootIDReader(journal.ReadBootID)})
-	if err != nil {
-		if errors.Is(err, journal.ErrLocked) {
-			holder := ""
-			if p, _ := readProgress(g.progressPath()); p != nil && !p.Finished && alive(p.PID) {
-				holder = fmt.Sprintf("; %s says pid %d (stratum-upgrade %s, started %s) is driving a transaction", g.progressPath(), p.PID, p.Command, p.Started.Format(time.RFC3339))
-			}
-			return nil, fmt.Errorf("%w (waited %s; --lock-timeout waits longer)%s", err, g.lockTimeoutOrDefault(), holder)
-		}
-		return nil, err
-	}
-	return j, nil
-}
-
-func (g *globals) lockTimeoutOrDefault() time.Duration {
-	if g.lockTimeout <= 0 {
-		return journal.DefaultLockTimeout
-	}
-	return g.lockTimeout
-}
-
-// journalExists reports whether the journal file is there (without
-// creating anything).
-func (g *globals) journalExists() (bool, error) {
-	_, err := os.Lstat(g.journalPath())
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, os.ErrNotExist):
-		return false, nil
-	}
-	return false, fmt.Errorf("state directory %s: %w", g.stateDir, err)
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func (g *globals) storeOptions() manifest.Options {
 	return manifest.Options{Scanner: g.scanner, Logger: g.log}
 }
 
-// nodeState reads the persisted node state with a message that says what
-// to do when there is none.
+// nodeState reads the persisted node state; without one the error wraps
+// journal.ErrNoState, and its advice names the init command to run.
 func nodeState(j *journal.Journal) (*nodestate.NodeState, error) {
-	st, err := j.NodeState()
-	if errors.Is(err, journal.ErrNoState) {
-		return nil, fmt.Errorf("%w: run `stratum-upgrade init --state FILE` on this node first", err)
-	}
-	return st, err
+	return j.NodeState()
 }
 
 // refuseOpenTxn fails with an error wrapping journal.ErrTxnOpen when a
@@ -330,7 +263,7 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
 	defer func() {
 		if r := recover(); r != nil {
-			code = internalError(r, debug.Stack(), stderr)
+			code = g.internalError(r, debug.Stack())
 			writeErrorJSON(g, args, stdout, fmt.Sprintf("internal error: %v (a bug: stderr says where the stack trace is)", r), code)
 		}
 	}()
@@ -338,21 +271,26 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	_, err := root.ExecuteContextC(context.Background())
+	cmd, err := root.ExecuteContextC(context.Background())
 	if err == nil {
 		return ExitOK
 	}
 	var re *ranError
 	if !errors.As(err, &re) {
-		err = usage(err) // cobra's own parsing: unknown command, bad args
+		err = &usageError{err: err, cmdLine: true} // cobra's own parsing: unknown command, bad args
 	}
+	err = g.asRoot(err)
 	code = ExitCode(err)
 	if code != ExitOK {
-		fmt.Fprintf(stderr, "stratum-upgrade: %s\n", withAdvice(err))
-		if code == ExitUsage && !errors.As(err, &re) {
-			fmt.Fprintln(stderr, "Run 'stratum-upgrade --help' for usage.")
+		fmt.Fprintf(stderr, "stratum-upgrade: %s\n", g.withAdvice(err))
+		var ue *usageError
+		if errors.As(err, &ue) && ue.cmdLine {
+			if cmd == nil {
+				cmd = root
+			}
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
-		writeErrorJSON(g, args, stdout, withAdvice(err), code)
+		writeErrorJSON(g, args, stdout, g.withAdvice(err), code)
 	}
 	return code
 }
@@ -362,7 +300,7 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 var panicSeam func()
 
 // internalError reports the recovered panic r and returns ExitError.
-func internalError(r any, stack []byte, stderr io.Writer) int {
+func (g *globals) internalError(r any, stack []byte) int {
 	where := "it could not be saved"
 	if f, err := os.CreateTemp("", "stratum-upgrade-panic-*.txt"); err == nil {
 		fmt.Fprintf(f, "stratum-upgrade %s: panic: %v\n\n%s", Version, r, stack)
@@ -370,7 +308,7 @@ func internalError(r any, stack []byte, stderr io.Writer) int {
 			where = "saved in " + f.Name()
 		}
 	}
-	fmt.Fprintf(stderr, "stratum-upgrade: internal error: %v (a bug: please report it with the stack trace, %s). The command stopped there and wrote nothing more; what it did before is journaled: `stratum-upgrade status` shows the node, and `stratum-upgrade resume` continues an open transaction\n", r, where)
+	fmt.Fprintf(g.stderr, "stratum-upgrade: internal error: %v (a bug: please report it with the stack trace, %s). The command stopped there and wrote nothing more; what it did before is journaled: `%s` shows the node, and `%s` continues an open transaction\n", r, where, g.cmdline("status"), g.cmdline("resume"))
 	return ExitError
 }
 
@@ -398,6 +336,11 @@ waiting for kubelet to replace each process and for the new one to answer,
 verify through a soak window, then commit, or roll back to the snapshot. A crash
 at any moment is recovered by 'stratum-upgrade resume'.
 
+Defaults for the flags can be set once in ` + DefaultConfigFile + ` (another file
+with ` + configEnv + `) or in STRATUM_<FLAG> environment variables
+(STRATUM_STATE_DIR, STRATUM_MANIFEST_DIR, ...); a flag wins over the
+environment, which wins over the file (docs/cli.md, "Configuration").
+
 ` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -405,29 +348,18 @@ at any moment is recovered by 'stratum-upgrade resume'.
 			return g.setup()
 		}),
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
+	cobra.EnableCommandSorting = false // workflow order, as added below
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err, cmdLine: true} })
 
-	f := root.PersistentFlags()
-	f.StringVar(&g.manifestDir, "manifest-dir", manifest.DefaultDir, "the static pod manifest directory (kubelet's staticPodPath)")
-	f.StringVar(&g.stateDir, "state-dir", DefaultStateDir, "state directory: the journal ("+JournalFile+"), snapshots ("+SnapshotsDir+"/), "+ProgressFile)
-	f.DurationVar(&g.dl.Replace, "replace-timeout", engine.DefaultDeadlines.Replace, "how long to wait for kubelet to replace a component's process after its manifest is written")
-	f.DurationVar(&g.dl.Active, "active-timeout", engine.DefaultDeadlines.Active, "how long to wait for a new process to answer its health endpoint")
-	f.DurationVar(&g.dl.Stop, "stop-timeout", engine.DefaultDeadlines.Stop, "how long to wait for a component to exit after its manifest is removed")
-	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit")
-	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
-	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
-	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
-	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json (one JSON object per line)")
-	f.StringVar(&g.metricsFile, "metrics-file", "", "after run, resume or rollback, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
-	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
-	_ = f.MarkHidden("proc-scope")
-
+	g.flags = g.defineFlags()
+	for _, name := range globalFlags {
+		root.PersistentFlags().AddFlag(g.flags.Lookup(name))
+	}
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newResumeCmd(g),
 		newRollbackCmd(g), newStatusCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
+	g.conventions(root)
 	return root
 }
 

@@ -118,8 +118,16 @@ func TestManifestDirLockAcrossStateDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer release()
+	sdir := t.TempDir()
+	j, err := journal.Open(sdir+"/"+JournalFile, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
 	var out, errb strings.Builder
-	code := Main([]string{"render", "--manifest-dir", mdir, "--state-dir", t.TempDir(), "--lock-timeout", "200ms"}, &out, &errb)
+	code := Main([]string{"render", "--manifest-dir", mdir, "--state-dir", sdir, "--lock-timeout", "200ms"}, &out, &errb)
 	if code != ExitBusy || !strings.Contains(errb.String(), "another --state-dir") {
 		t.Fatalf("render with the manifest dir locked: exit %d, %s", code, errb.String())
 	}

@@ -28,7 +28,7 @@ func (g *globals) showTxn(id string) error {
 	if ok, err := g.journalExists(); err != nil {
 		return err
 	} else if !ok {
-		return fmt.Errorf("transaction %s: %w: there is no journal at %s (nothing was imported or upgraded on this node)", id, journal.ErrNoTxn, g.journalPath())
+		return g.noJournal()
 	}
 	j, err := g.openJournal(true)
 	if err != nil {

@@ -116,17 +116,6 @@ func walkSchema(v any, ptr string, fn func(string, map[string]any)) {
 	}
 }
 
-// mainEnv, set in the environment of this test binary, makes it run Main
-// with its arguments instead of the tests.
-const mainEnv = "STRATUM_CLI_TEST_MAIN"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(mainEnv) == "1" {
-		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
-
 // jsonNode is a scratch node for the JSON output test: a state file, a
 // manifest and a state directory in a temporary directory.
 type jsonNode struct {

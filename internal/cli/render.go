@@ -20,11 +20,16 @@ func newInitCmd(g *globals) *cobra.Command {
 		Use:   "init --state FILE",
 		Short: "Import a node state and render every manifest from it",
 		Long: `init imports the node state in FILE into the journal, creating the state
-directory and the journal if needed, and renders every manifest of the node
-into the manifest directory (creating it if needed), overwriting what is there.
+directory and the journal if needed, records the manifest directory in the
+journal, and renders every manifest of the node into the manifest directory
+(creating it if needed), overwriting what is there. It is the only command
+that creates the journal; every other one refuses to run without it.
 
 A journal that already holds a node state is refused unless --force is given;
-init is refused while a transaction is open, --force or not.`,
+init is refused while a transaction is open, --force or not. Every later
+command that writes manifests refuses another --manifest-dir than the one
+recorded; init --force --manifest-dir NEW moves the node to NEW (the old
+directory is left as it is: point kubelet's staticPodPath at NEW).`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			return g.runInit(stateFile, force)
@@ -63,7 +68,20 @@ func (g *globals) runInit(stateFile string, force bool) error {
 	if err := checkRenders(st); err != nil {
 		return usagef("node state %s cannot be rendered: %w", stateFile, err)
 	}
-	j, err := g.openJournal(false)
+	// Both directories are checked before either is created, and the
+	// manifest directory is created first: a bad one fails before the
+	// state directory and the journal exist.
+	if err := checkCreatable("manifest dir", g.manifestDir); err != nil {
+		return err
+	}
+	if err := checkCreatable("state directory", g.stateDir); err != nil {
+		return err
+	}
+	store, err := manifest.Create(g.manifestDir, g.storeOptions())
+	if err != nil {
+		return err
+	}
+	j, err := g.createJournal(force)
 	if err != nil {
 		return err
 	}
@@ -74,21 +92,20 @@ func (g *globals) runInit(stateFile string, force bool) error {
 	cur, err := j.NodeState()
 	switch {
 	case err == nil && !force:
-		return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `stratum-upgrade render` re-renders it, `stratum-upgrade init --force --state %s` replaces it",
-			j.Path(), cur.NodeName, cur.KubernetesVersion, stateFile)
+		return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `%s` re-renders it, `%s` replaces it",
+			j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline("init --force --state "+shellQuote(stateFile)))
 	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
-		return err
-	}
-	store, err := manifest.Create(g.manifestDir, g.storeOptions())
-	if err != nil {
 		return err
 	}
 	if err := j.PutNodeState(st); err != nil {
 		return err
 	}
+	if err := g.recordManifestDir(j); err != nil {
+		return err
+	}
 	res, err := store.WriteAll(st)
 	if err != nil {
-		return fmt.Errorf("init: the node state is imported but rendering failed (fix the cause, then run `stratum-upgrade render`): %w", err)
+		return fmt.Errorf("init: the node state is imported but rendering failed (fix the cause, then run `%s`): %w", g.cmdline("render"), err)
 	}
 	return g.printWrite(fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path()), store, res)
 }

@@ -1,0 +1,111 @@
+package cli
+
+// The flags: which exist, which commands take them (newRoot, conventions)
+// and their validation (setup).
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/fault"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+// globalFlags are the flags every command takes; txnFlags only the
+// commands that drive a transaction (run, resume, rollback).
+var (
+	globalFlags = []string{"manifest-dir", "state-dir", "lock-timeout", "log-level", "output", "proc-scope"}
+	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "soak", "etcd-backup-timeout", "keep", "metrics-file"}
+)
+
+// defineFlags binds every global and transaction flag to g, in one set
+// that newRoot hands out to the commands that take each.
+func (g *globals) defineFlags() *pflag.FlagSet {
+	f := pflag.NewFlagSet("stratum-upgrade", pflag.ContinueOnError)
+	f.StringVar(&g.manifestDir, "manifest-dir", manifest.DefaultDir, "the static pod manifest directory (kubelet's staticPodPath); init records it in the journal")
+	f.StringVar(&g.stateDir, "state-dir", DefaultStateDir, "state directory: the journal ("+JournalFile+"), snapshots ("+SnapshotsDir+"/), "+ProgressFile)
+	f.DurationVar(&g.dl.Replace, "replace-timeout", engine.DefaultDeadlines.Replace, "how long to wait for kubelet to replace a component's process after its manifest is written")
+	f.DurationVar(&g.dl.Active, "active-timeout", engine.DefaultDeadlines.Active, "how long to wait for a new process to answer its health endpoint")
+	f.DurationVar(&g.dl.Stop, "stop-timeout", engine.DefaultDeadlines.Stop, "how long to wait for a component to exit after its manifest is removed")
+	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit (health is checked every 200ms)")
+	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
+	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
+	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
+	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
+	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json (one JSON object per line)")
+	f.StringVar(&g.metricsFile, "metrics-file", "", "after the transaction, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
+	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
+	_ = f.MarkHidden("proc-scope")
+	return f
+}
+
+// setup applies the environment and the config file to the flags the
+// command line left unset, validates the global flags and builds the
+// logger and the scanner.
+func (g *globals) setup() error {
+	if err := g.applyConfig(os.LookupEnv); err != nil {
+		return err
+	}
+	switch g.output {
+	case "text", "json":
+	default:
+		return cmdLineErrorf("--output %q: must be text or json%s", g.output, g.from("output"))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return cmdLineErrorf("--log-level %q: must be debug, info, warn or error%s", g.logLevel, g.from("log-level"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--replace-timeout", g.dl.Replace}, {"--active-timeout", g.dl.Active}, {"--stop-timeout", g.dl.Stop},
+		{"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
+	} {
+		if d.v <= 0 {
+			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))
+		}
+	}
+	if g.keep < 1 {
+		return cmdLineErrorf("--keep %d: must be at least 1%s", g.keep, g.from("keep"))
+	}
+	if g.manifestDir == "" || g.stateDir == "" {
+		return cmdLineErrorf("--manifest-dir and --state-dir must not be empty")
+	}
+	for _, p := range []*string{&g.manifestDir, &g.stateDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return usagef("%s: %w", *p, err)
+		}
+		*p = abs
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if g.json() {
+		g.log = slog.New(slog.NewJSONHandler(g.stderr, opts))
+	} else {
+		g.log = slog.New(slog.NewTextHandler(g.stderr, opts))
+	}
+	// The packages below log through slog.Default in places (migrations).
+	slog.SetDefault(g.log)
+	g.scanner = proc.Host().WithBootID(fault.BootID()) // "" (the kernel's) but in a stratumfault build
+	switch g.procScope {
+	case "":
+	case "self":
+		g.scanner = g.scanner.Within(os.Getpid())
+	default:
+		pid, err := strconv.Atoi(g.procScope)
+		if err != nil || pid < 1 {
+			return cmdLineErrorf("--proc-scope %q: must be a pid or \"self\"", g.procScope)
+		}
+		g.scanner = g.scanner.Within(pid)
+	}
+	return nil
+}

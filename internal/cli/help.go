@@ -1,0 +1,212 @@
+package cli
+
+// The command-line conventions every command follows, applied once from
+// newRoot: which flags each command takes, the groups of the root help,
+// an Examples section and the exit codes of each command, arguments and
+// required flags, and what a command says when the state directory holds
+// no journal.
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ciq/stratum-upgrade/manifest"
+)
+
+// groups are the root help's command groups, in workflow order.
+var groups = []*cobra.Group{
+	{ID: "setup", Title: "Set up:"},
+	{ID: "upgrade", Title: "Upgrade:"},
+	{ID: "inspect", Title: "Inspect:"},
+	{ID: "other", Title: "Other:"},
+}
+
+// commandConventions is what conventions applies to one command.
+type commandConventions struct {
+	group string
+	// txn: the command drives a transaction and takes the txnFlags.
+	txn bool
+	// exits are the exit codes the command can return.
+	exits []int
+	// required is the flag the command cannot run without and its
+	// placeholder; argFlag the flag a positional argument belongs to.
+	required, placeholder string
+	// noArgs: the command takes no positional argument.
+	noArgs  bool
+	example string
+}
+
+var conventionsOf = map[string]commandConventions{
+	"init": {group: "setup", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "state", placeholder: "FILE", example: `  # Import the node state and render every manifest (once per node).
+  stratum-upgrade init --state /etc/stratum/node.yaml
+  # Replace the node state, or move the node to kubelet's new staticPodPath.
+  stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
+	"render": {group: "setup", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
+  stratum-upgrade render`},
+	"plan": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "to", placeholder: "RELEASE", example: `  # Show what an upgrade would change; nothing is written.
+  stratum-upgrade plan --to release-v1.34.5.yaml
+  stratum-upgrade plan --to release-v1.34.5.yaml --ignore-preflight-errors=EtcdHealth`},
+	"run": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "to", placeholder: "RELEASE", example: `  # Upgrade the node; any failure rolls it back.
+  stratum-upgrade run --to release-v1.34.5.yaml
+  # A longer soak, and metrics for node_exporter's textfile collector.
+  stratum-upgrade run --to release-v1.34.5.yaml --soak 2m --metrics-file /var/lib/node_exporter/stratum-upgrade.prom`},
+	"resume": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Continue an interrupted transaction (the boot unit runs this after kubelet).
+  stratum-upgrade resume
+  # The boot step before kubelet: sweep staging leftovers, wait for nothing.
+  stratum-upgrade resume --prepare`},
+	"rollback": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Undo the open transaction.
+  stratum-upgrade rollback --reason "apiserver latency regression"
+  # Undo the last committed upgrade from its snapshot.
+  stratum-upgrade rollback --last`},
+	"status": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade status
+  stratum-upgrade status -o json`},
+	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
+  # One transaction with every journaled step.
+  stratum-upgrade history 20261202T130405Z-1a2b`},
+	"audit": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade audit
+  stratum-upgrade audit kube-apiserver -o json`},
+	"version": {group: "other", noArgs: true, exits: []int{ExitOK, ExitUsage}, example: `  stratum-upgrade version -o json`},
+}
+
+// exitName is a code's name in a command's exit-code line.
+var exitName = map[int]string{
+	ExitOK: "ok", ExitError: "error", ExitUsage: "bad usage", ExitRolledBack: "rolled back",
+	ExitRollbackFailed: "rollback failed", ExitBusy: "busy", ExitInterrupted: "interrupted",
+}
+
+// exitLine is the exit-code line of a command's help.
+func exitLine(codes []int) string {
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%d %s", c, exitName[c])
+	}
+	return "Exit codes: " + strings.Join(parts, ", ") + " (what each means: stratum-upgrade --help)"
+}
+
+// conventions applies conventionsOf and the checks below to root's
+// commands, and enables cobra's completion command.
+func (g *globals) conventions(root *cobra.Command) {
+	root.AddGroup(groups...)
+	root.SetHelpCommandGroupID("other")
+	root.SetCompletionCommandGroupID("other")
+	for _, cmd := range root.Commands() {
+		cc, ok := conventionsOf[cmd.Name()]
+		if !ok {
+			continue
+		}
+		cmd.GroupID = cc.group
+		cmd.Example = cc.example
+		long := strings.TrimRight(strings.TrimSuffix(cmd.Long, exitCodesHelp), "\n")
+		if long == "" {
+			long = cmd.Short
+		}
+		cmd.Long = long + "\n\n" + exitLine(cc.exits)
+		if cc.txn {
+			for _, name := range txnFlags {
+				cmd.Flags().AddFlag(g.flags.Lookup(name))
+			}
+		}
+		switch {
+		case cc.required != "":
+			g.requireFlag(cmd, cc.required, cc.placeholder)
+		case cc.noArgs:
+			cmd.Args = noArgs
+		}
+	}
+	g.checkHistoryLimit(root)
+	g.auditComponents(root)
+	g.guardNoJournal(root)
+}
+
+// find is root's command name; it panics when there is none (a bug in
+// newRoot, caught by every test that builds the root).
+func find(root *cobra.Command, name string) *cobra.Command {
+	for _, c := range root.Commands() {
+		if c.Name() == name {
+			return c
+		}
+	}
+	panic("no command " + name)
+}
+
+// requireFlag makes flag (e.g. --to RELEASE) required, with one message
+// for every command ("run: --to RELEASE is required"), and a positional
+// argument a mistake that names the flag it belongs to.
+func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder string) {
+	usageText := fmt.Sprintf("--%s %s", flag, placeholder)
+	what := cmd.Flags().Lookup(flag).Usage
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		switch len(args) {
+		case 0:
+			return nil
+		case 1:
+			return cmdLineErrorf("%s: unexpected argument %q: the %s is given with %s: `%s`", cmd.Name(), args[0], what, usageText, g.cmdline(cmd.Name()+" --"+flag+" "+shellQuote(args[0])))
+		}
+		return cmdLineErrorf("%s takes no arguments (got %s); the %s is given with %s", cmd.Name(), strings.Join(args, " "), what, usageText)
+	}
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if v, _ := cmd.Flags().GetString(flag); v == "" {
+			return &ranError{cmdLineErrorf("%s: %s is required: the %s", cmd.Name(), usageText, what)}
+		}
+		return nil
+	}
+}
+
+// noArgs refuses any positional argument, naming the command.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return cmdLineErrorf("%s takes no arguments (got %s)", cmd.Name(), strings.Join(args, " "))
+	}
+	return nil
+}
+
+// checkHistoryLimit refuses a negative history --limit.
+func (g *globals) checkHistoryLimit(root *cobra.Command) {
+	cmd := find(root, "history")
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if n, _ := cmd.Flags().GetInt("limit"); n < 0 {
+			return &ranError{cmdLineErrorf("history: --limit %d: must not be negative (0 shows every transaction)", n)}
+		}
+		return nil
+	}
+}
+
+// auditComponents makes audit's argument one of the component names,
+// listed in its help and offered by completion.
+func (g *globals) auditComponents(root *cobra.Command) {
+	cmd := find(root, "audit")
+	cmd.ValidArgs = manifest.Names
+	cmd.Long = strings.Replace(cmd.Long, "\n\nExit codes:", "\n\nCOMPONENT is one of: "+strings.Join(manifest.Names, ", ")+".\n\nExit codes:", 1)
+}
+
+// guardNoJournal makes the commands that read an existing journal say so
+// when the state directory has none and another one is known (the
+// built-in default, STRATUM_STATE_DIR, the config file): resume fails
+// (exit 1) instead of answering "nothing to do", status and history warn.
+// resume with no journal anywhere still exits 0, saying where it looked:
+// the boot unit runs it on every node, initialised or not.
+func (g *globals) guardNoJournal(root *cobra.Command) {
+	for _, name := range []string{"resume", "status", "history"} {
+		cmd := find(root, name)
+		inner := cmd.RunE
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			ok, err := g.journalExists()
+			if err != nil || ok {
+				return inner(cmd, args)
+			}
+			nj := g.noJournal().(*noJournalError)
+			switch {
+			case cmd.Name() != "resume":
+				if len(nj.others) > 0 && len(args) == 0 { // history TXN fails with the same words
+					fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s%s\n", nj, g.noJournalAdvice(nj))
+				}
+				return inner(cmd, args)
+			case len(nj.others) > 0:
+				return &ranError{nj}
+			}
+			return g.nothing(cmd.Name(), "nothing to do: "+nj.Error())
+		}
+	}
+}
