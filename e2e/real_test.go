@@ -5,12 +5,7 @@ package e2e
 // and real etcd, each in an image of its own, under the real kubelet.
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,21 +182,17 @@ func (h *Host) findPodLog(component, want string, timeout time.Duration) string 
 }
 
 // apiClient reaches the node's real apiserver as kubernetes-admin (the
-// admin client certificate), with plain net/http.
-type apiClient struct {
-	c   *http.Client
-	url string
-}
+// admin client certificate).
+type apiClient struct{ api *testbed.API }
 
 func (n *node) apiClient(t *testing.T) apiClient {
 	t.Helper()
-	tn := &testbed.Node{State: n.st}
-	c, err := tn.AdminClient()
+	api, err := testbed.AdminAPI(n.st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Timeout = 10 * time.Second
-	return apiClient{c: c, url: tn.APIServerURL()}
+	t.Cleanup(api.Close)
+	return apiClient{api: api}
 }
 
 // retry calls f every 500 ms until it succeeds or 30 s passed: a freshly
@@ -224,48 +215,29 @@ func retry(t *testing.T, what string, f func() error) {
 
 func (a apiClient) checkVersion(t *testing.T, want string) {
 	t.Helper()
-	var v struct {
-		GitVersion string `json:"gitVersion"`
-	}
-	retry(t, "apiserver /version", func() error { return getJSON(a.c, a.url+"/version", &v) })
-	if v.GitVersion != want {
-		t.Errorf("apiserver /version says %s, want %s", v.GitVersion, want)
+	var v string
+	retry(t, "apiserver /version", func() (err error) { v, err = a.api.Version(t.Context()); return err })
+	if v != want {
+		t.Errorf("apiserver /version says %s, want %s", v, want)
 	}
 }
 
 func (a apiClient) createConfigMap(t *testing.T, name, value string) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]string{"name": name}, "data": map[string]string{"value": value}})
 	retry(t, "create ConfigMap kube-system/"+name, func() error {
-		req, err := http.NewRequest(http.MethodPost, a.url+"/api/v1/namespaces/kube-system/configmaps", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := a.c.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusCreated {
-			return fmt.Errorf("POST: %s: %s", resp.Status, strings.TrimSpace(string(b)))
-		}
-		return nil
+		return a.api.CreateConfigMap(t.Context(), "kube-system", name, map[string]string{"value": value})
 	})
 }
 
 func (a apiClient) checkConfigMap(t *testing.T, name, want string) {
 	t.Helper()
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	retry(t, "read ConfigMap kube-system/"+name, func() error {
-		return getJSON(a.c, a.url+"/api/v1/namespaces/kube-system/configmaps/"+name, &cm)
+	var data map[string]string
+	retry(t, "read ConfigMap kube-system/"+name, func() (err error) {
+		data, err = a.api.ConfigMap(t.Context(), "kube-system", name)
+		return err
 	})
-	if cm.Data["value"] != want {
-		t.Errorf("ConfigMap kube-system/%s reads %q, want %q", name, cm.Data["value"], want)
+	if data["value"] != want {
+		t.Errorf("ConfigMap kube-system/%s reads %q, want %q", name, data["value"], want)
 	}
 }
 
@@ -276,16 +248,11 @@ func (a apiClient) leaseHolders(t *testing.T, not map[string]string) map[string]
 	t.Helper()
 	out := map[string]string{}
 	for _, lease := range []string{"kube-controller-manager", "kube-scheduler"} {
-		var l struct {
-			Spec struct {
-				HolderIdentity string `json:"holderIdentity"`
-			} `json:"spec"`
-		}
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			err := getJSON(a.c, a.url+"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/"+lease, &l)
-			h := l.Spec.HolderIdentity
+			h, err := a.api.LeaseHolder(t.Context(), lease)
 			if err == nil && h != "" && h != not[lease] {
+				out[lease] = h
 				break
 			}
 			if time.Now().After(deadline) {
@@ -293,31 +260,7 @@ func (a apiClient) leaseHolders(t *testing.T, not map[string]string) map[string]
 			}
 			time.Sleep(500 * time.Millisecond)
 		}
-		out[lease] = l.Spec.HolderIdentity
 		t.Logf("lease kube-system/%s held by %s", lease, out[lease])
 	}
 	return out
-}
-
-// getJSON GETs url into v; a status other than 200 is an error.
-func getJSON(c *http.Client, url string, v any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return json.Unmarshal(b, v)
 }

@@ -12,8 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,88 +108,49 @@ func realRelease(kube, etcdImage string) *Release {
 	return r
 }
 
-// apiserver is the node's real API server as the admin user.
+// apiserver is the node's real API server as the admin user; an error
+// fails the test.
 type apiserver struct {
 	t   *testing.T
-	c   *http.Client
-	url string
+	api *testbed.API
 }
 
 func adminOf(t *testing.T, n *testbed.Node) *apiserver {
 	t.Helper()
-	c, err := n.AdminClient()
+	api, err := n.API()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &apiserver{t: t, c: c, url: n.APIServerURL()}
-}
-
-// do sends one request, retrying for up to a minute while the server
-// refuses or answers 5xx (an apiserver that just started, or etcd's
-// leader settling), and returns the final status and body.
-func (a *apiserver) do(method, path string, body []byte) (int, []byte) {
-	a.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	var last string
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		req, err := http.NewRequestWithContext(ctx, method, a.url+path, bytes.NewReader(body))
-		if err != nil {
-			cancel()
-			a.t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := a.c.Do(req)
-		if err == nil {
-			b, rerr := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			cancel()
-			if rerr == nil && resp.StatusCode < 500 {
-				return resp.StatusCode, b
-			}
-			last = fmt.Sprintf("%s: %s", resp.Status, b)
-		} else {
-			cancel()
-			last = err.Error()
-		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("%s %s: no answer within a minute; last: %s", method, path, last)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	t.Cleanup(api.Close)
+	return &apiserver{t: t, api: api}
 }
 
 // version is the API server's /version gitVersion.
 func (a *apiserver) version() string {
 	a.t.Helper()
-	code, b := a.do(http.MethodGet, "/version", nil)
-	if code != http.StatusOK {
-		a.t.Fatalf("/version: %d %s", code, b)
+	v, err := a.api.Version(a.t.Context())
+	if err != nil {
+		a.t.Fatal(err)
 	}
-	_, rest, _ := strings.Cut(string(b), `"gitVersion": "`)
-	v, _, _ := strings.Cut(rest, `"`)
 	return v
 }
 
 // putConfigMap creates ConfigMap default/name holding data=value.
 func (a *apiserver) putConfigMap(name, value string) {
 	a.t.Helper()
-	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q},"data":{"data":%q}}`, name, value)
-	if code, b := a.do(http.MethodPost, "/api/v1/namespaces/default/configmaps", []byte(body)); code != http.StatusCreated {
-		a.t.Fatalf("create configmap %s: %d %s", name, code, b)
+	if err := a.api.CreateConfigMap(a.t.Context(), "default", name, map[string]string{"data": value}); err != nil {
+		a.t.Fatal(err)
 	}
 }
 
 // configMap is ConfigMap default/name's data value.
 func (a *apiserver) configMap(name string) string {
 	a.t.Helper()
-	code, b := a.do(http.MethodGet, "/api/v1/namespaces/default/configmaps/"+name, nil)
-	if code != http.StatusOK {
-		a.t.Fatalf("read configmap %s: %d %s", name, code, b)
+	d, err := a.api.ConfigMap(a.t.Context(), "default", name)
+	if err != nil {
+		a.t.Fatal(err)
 	}
-	_, rest, _ := strings.Cut(string(b), `"data":{"data":"`)
-	v, _, _ := strings.Cut(rest, `"`)
-	return v
+	return d["data"]
 }
 
 // TestRealRenderedManifestsStart starts every rendered manifest, default

@@ -2,10 +2,7 @@ package testbed
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,21 +38,16 @@ func TestRealControlPlane(t *testing.T) {
 				},
 				ActiveTimeout: 3 * time.Minute,
 			})
-			c, err := n.AdminClient()
+			api, err := n.API()
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ver struct {
-				GitVersion string `json:"gitVersion"`
-			}
-			if err := getJSON(c, n.APIServerURL()+"/version", &ver); err != nil {
-				t.Fatal(err)
-			}
-			if ver.GitVersion != v {
-				t.Fatalf("apiserver /version %q, want %s", ver.GitVersion, v)
+			defer api.Close()
+			if got, err := api.Version(t.Context()); err != nil || got != v {
+				t.Fatalf("apiserver /version %q (%v), want %s", got, err, v)
 			}
 			for _, lease := range []string{"kube-controller-manager", "kube-scheduler"} {
-				holder, err := waitLease(c, n.APIServerURL(), lease, 2*time.Minute)
+				holder, err := waitLease(t.Context(), api, lease, 2*time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -78,43 +70,16 @@ func TestRealControlPlane(t *testing.T) {
 
 // waitLease waits until the Lease kube-system/name has a holder and
 // returns it.
-func waitLease(c *http.Client, server, name string, timeout time.Duration) (string, error) {
-	url := server + "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/" + name
+func waitLease(ctx context.Context, api *API, name string, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		var l struct {
-			Spec struct {
-				HolderIdentity string `json:"holderIdentity"`
-			} `json:"spec"`
-		}
-		last = getJSON(c, url, &l)
-		if last == nil && l.Spec.HolderIdentity != "" {
-			return l.Spec.HolderIdentity, nil
+		var h string
+		h, last = api.LeaseHolder(ctx, name)
+		if last == nil && h != "" {
+			return h, nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	return "", fmt.Errorf("lease kube-system/%s: no holder after %s (last: %v)", name, timeout, last)
-}
-
-func getJSON(c *http.Client, url string, v any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return json.Unmarshal(b, v)
 }
