@@ -183,7 +183,7 @@ func TestWaitReplaced(t *testing.T) {
 		if err == nil {
 			t.Fatal("WaitReplaced succeeded with only the old process running")
 		}
-		for _, want := range []string{"waiting for kube-scheduler to be replaced", "timed out", "still running from before the mark", "pid " + itoa(old.Process.Pid)} {
+		for _, want := range []string{"kubelet did not start a new kube-scheduler within 300ms of its manifest being written (still running: pid " + itoa(old.Process.Pid) + ", started before the write); check kubelet's log (journalctl -u kubelet)"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say %q", err, want)
 			}
