@@ -135,13 +135,24 @@ writes the snapshot does not.
 					return e.RollbackLast(ctx)
 				})
 			}
-			err := g.drive("rollback", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
+			ok, err := g.journalExists()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return g.noOpenTxn()
+			}
+			err = g.drive("rollback", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
 				open, err := j.OpenTxn()
 				if err != nil {
 					return engine.Result{}, err
 				}
 				if open == nil {
-					return engine.Result{}, errors.New("no open transaction to roll back; `stratum-upgrade rollback --last` rolls back the last committed upgrade")
+					return engine.Result{}, g.noOpenTxn()
+				}
+				if open.Phase == journal.PhaseRollingBack && cmd.Flags().Changed("reason") && reason != open.Reason {
+					// The journal keeps the reason the rollback began with.
+					fmt.Fprintf(g.stderr, "stratum-upgrade: warning: --reason is not recorded: transaction %s is already rolling back, for: %s\n", open.ID, open.Reason)
 				}
 				return e.Rollback(ctx, reason)
 			})
@@ -155,6 +166,12 @@ writes the snapshot does not.
 	cmd.Flags().BoolVar(&last, "last", false, "roll back the last committed upgrade from its retained snapshot")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
 	return cmd
+}
+
+// noOpenTxn is rollback's error with no transaction open (exit 1): it
+// names the journal looked at, and --last for an upgrade that committed.
+func (g *globals) noOpenTxn() error {
+	return fmt.Errorf("no open transaction to roll back in journal %s; to undo the last committed upgrade, run `stratum-upgrade rollback --last`", g.journalPath())
 }
 
 // nothing reports that a command had nothing to do (exit 0).
@@ -198,6 +215,10 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		return g.nothing(command, msg)
 	}
 	outcome := outcomeOf(res, err)
+	if res.Outcome == "" {
+		// Interrupted, or an error: the result always says how it ended.
+		res.Outcome = engine.Outcome(outcome)
+	}
 	if rep.last != nil {
 		rep.writeProgress(nil, outcome, errString(err))
 	}
@@ -208,7 +229,7 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		}
 	}
 	rep.result(res, outcome, err)
-	return err
+	return rep.shown(err)
 }
 
 // outcomeOf names how a driven transaction ended, for the result line, the
@@ -249,6 +270,11 @@ type finalLine struct {
 }
 
 // reporter prints engine events and results and keeps the progress file.
+//
+// In text a failure's reason is printed once, where it happens (the
+// "rolling back: REASON" line, or the rollback's own failure); the lines
+// after it, the summary and the error on stderr refer to it. JSON events
+// and the JSON result keep the full reason in their fields.
 type reporter struct {
 	g       *globals
 	command string
@@ -256,6 +282,10 @@ type reporter struct {
 	pid     int
 	txn     string
 	last    *engine.Event
+	// reason is the failure this run printed in its "rolling back" line.
+	reason string
+	// printed: the outcome's reason is on a line above.
+	printed bool
 }
 
 // event is the engine's Events callback.
@@ -273,8 +303,23 @@ func (r *reporter) event(ev engine.Event) {
 // replace etcd (at most 3m0s)".
 func (r *reporter) line(ev engine.Event) string {
 	msg := ev.Message
-	if ev.Step == "wait-active" && ev.Waiting != "" {
-		msg = "waiting for " + ev.Waiting
+	switch ev.Step {
+	case "wait-active":
+		if ev.Waiting != "" {
+			msg = "waiting for " + ev.Waiting
+		}
+	case "rollback":
+		r.reason = strings.TrimPrefix(ev.Message, "rolling back: ")
+	case "rolled-back":
+		if r.reason != "" && ev.Message == "rolled back: "+r.reason {
+			msg = "rolled back (reason above)"
+		}
+		r.printed = true
+	case "rollback-failed":
+		if rest, ok := strings.CutPrefix(ev.Message, r.reason+"; then the rollback failed: "); ok && r.reason != "" {
+			msg = "the rollback failed too: " + rest
+		}
+		r.printed = true
 	}
 	if d, ok := r.deadline(ev.Step); ok {
 		msg += fmt.Sprintf(" (at most %s)", d)
@@ -317,9 +362,12 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 	case "committed":
 		line = fmt.Sprintf("committed %s in %s: %s", res.Txn, elapsed, list(res.Changed))
 	case "rolled-back":
-		line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before; reason: %s", res.Txn, elapsed, res.Reason)
+		line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before (reason above)", res.Txn, elapsed)
+		if !r.printed {
+			line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before; reason: %s", res.Txn, elapsed, res.Reason)
+		}
 	case "rollback-failed":
-		line = fmt.Sprintf("ROLLBACK FAILED %s after %s: the node needs an operator; the reason is above and in `stratum-upgrade history %s`, each component's state in `stratum-upgrade status` (docs/operations.md)", res.Txn, elapsed, res.Txn)
+		line = fmt.Sprintf("ROLLBACK FAILED %s after %s: the node needs an operator; the reasons are above and in `stratum-upgrade history %s`, each component's state in `stratum-upgrade status` (docs/operations.md)", res.Txn, elapsed, res.Txn)
 	case "interrupted":
 		txn := res.Txn
 		if txn == "" {
@@ -330,10 +378,41 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 		if res.Txn == "" && r.txn == "" {
 			return // failed before a transaction began: the error says it all
 		}
-		line = fmt.Sprintf("failed after %s: %s", elapsed, strings.TrimSpace(errString(err)))
+		txn := res.Txn
+		if txn == "" {
+			txn = r.txn
+		}
+		line = fmt.Sprintf("failed after %s in transaction %s (the error follows on stderr)", elapsed, txn)
 	}
 	fmt.Fprintln(r.g.stdout, line)
 }
+
+// shown is the error the command returns, to be printed on stderr: in
+// text, an upgrade that rolled back or a rollback that failed printed its
+// reasons above, so the error refers to them instead of repeating them.
+// It wraps err: the exit code and the advice are err's.
+func (r *reporter) shown(err error) error {
+	if r.g.json() || !r.printed {
+		return err
+	}
+	switch {
+	case errors.Is(err, engine.ErrRollbackFailed):
+		return &referError{"rollback failed (the reasons are above)", err}
+	case errors.Is(err, engine.ErrRolledBack):
+		return &referError{"upgrade rolled back (reason above)", err}
+	}
+	return err
+}
+
+// referError is an error whose reason was printed already: its message
+// refers to it; it wraps the error itself.
+type referError struct {
+	msg string
+	err error
+}
+
+func (e *referError) Error() string { return e.msg }
+func (e *referError) Unwrap() error { return e.err }
 
 // prepare is resume --prepare: the wait-free boot step before kubelet.
 func (g *globals) prepare() error {
