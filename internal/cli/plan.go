@@ -22,6 +22,10 @@ func loadRelease(path string) (*engine.Release, []byte, error) {
 		return nil, nil, usagef("--to RELEASE is required: the release file to upgrade to")
 	}
 	rel, raw, err := engine.LoadRelease(path)
+	var ke *nodestate.KindError
+	if errors.As(err, &ke) {
+		return nil, nil, usagef("%w; --to takes a release (kind: %s)", err, engine.ReleaseKind)
+	}
 	if err != nil {
 		return nil, nil, usage(err)
 	}

@@ -57,6 +57,10 @@ func checkRenders(st *nodestate.NodeState) error {
 
 func (g *globals) runInit(stateFile string, force bool) error {
 	st, err := nodestate.Load(stateFile)
+	var ke *nodestate.KindError
+	if errors.As(err, &ke) {
+		return usagef("%w; --state takes a node state (kind: %s)", err, nodestate.Kind)
+	}
 	if err != nil {
 		return usage(err)
 	}
