@@ -431,7 +431,7 @@ func (g *globals) prepare() error {
 		if open != nil {
 			return err
 		}
-		lines = append(lines, fmt.Sprintf("manifest dir: %v", err))
+		lines = append(lines, err.Error()) // it names the manifest dir
 	} else {
 		sw, err := store.Sweep()
 		if err != nil {
@@ -439,6 +439,9 @@ func (g *globals) prepare() error {
 		}
 		out["swept"], out["strays"] = nonNil(sw.Swept), nonNil(sw.Strays)
 		lines = append(lines, "swept:        "+list(sw.Swept), "strays:       "+list(sw.Strays))
+		for _, st := range sw.Strays {
+			lines = append(lines, fmt.Sprintf("              %s: %s", st, store.StrayNote(st)))
+		}
 	}
 	if open == nil {
 		lines = append([]string{"no open transaction: nothing to resume"}, lines...)

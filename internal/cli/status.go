@@ -369,7 +369,7 @@ func (rep *statusReport) print(w io.Writer) {
 		}
 		tw.Flush()
 	}
-	printStrays(w, rep.Strays)
+	printStrays(w, rep.ManifestDir, rep.Strays)
 	for _, s := range rep.Strays {
 		if leftover, _ := manifest.IsStagingLeftover(s); leftover {
 			fmt.Fprintf(w, "              %s is a staging leftover: the next render or write sweeps it\n", s)
