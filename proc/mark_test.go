@@ -3,6 +3,7 @@ package proc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"slices"
@@ -233,7 +234,7 @@ func TestWaitReplaced(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		err = self().WaitReplaced(cctx, Target{Name: "c", Binary: name}, m, time.Minute)
-		if err == nil || !strings.Contains(err.Error(), "context canceled") {
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped waiting for kubelet to start a new c after ") || !strings.Contains(err.Error(), ": interrupted (") {
 			t.Fatalf("WaitReplaced cancelled: %v", err)
 		}
 	})
