@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -265,16 +264,7 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 // matchesRender reports whether b is the render of name from st, with the
 // restarted-at stamp b carries.
 func matchesRender(st *nodestate.NodeState, name string, b []byte) bool {
-	pod, err := manifest.DecodePod(b)
-	if err != nil {
-		return false
-	}
-	prof, err := manifest.LoadProfile(st)
-	if err != nil {
-		return false
-	}
-	want, err := manifest.RenderBytes(st, prof, name, manifest.RestartedAt(pod))
-	return err == nil && bytes.Equal(want, b)
+	return manifest.MatchesRender(st, name, b)
 }
 
 func yesNo(b bool) string {
