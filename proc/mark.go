@@ -125,7 +125,7 @@ func (s *Scanner) PastMark(ctx context.Context, m Mark) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("stopped waiting for the clock to move past the mark (taken before the write): interrupted: %w", ctx.Err())
+			return fmt.Errorf("stopped waiting for the clock to move past the mark taken before the write: %w", ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}

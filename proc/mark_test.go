@@ -234,7 +234,7 @@ func TestWaitReplaced(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		err = self().WaitReplaced(cctx, Target{Name: "c", Binary: name}, m, time.Minute)
-		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped waiting for kubelet to start a new c after ") || !strings.Contains(err.Error(), ": interrupted (") {
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped waiting for kubelet to start a new c after ") || !strings.Contains(err.Error(), " (last seen: ") {
 			t.Fatalf("WaitReplaced cancelled: %v", err)
 		}
 	})

@@ -52,7 +52,7 @@ func (e *WaitError) Error() string {
 		last = e.Last.Error()
 	}
 	if !errors.Is(e.cause, context.DeadlineExceeded) {
-		return fmt.Sprintf("stopped waiting for %s after %s: interrupted (last seen: %s)", e.Awaited, e.Elapsed, last)
+		return fmt.Sprintf("stopped waiting for %s after %s (last seen: %s)", e.Awaited, e.Elapsed, last)
 	}
 	after := ""
 	if e.After != "" {
