@@ -163,7 +163,7 @@ visible in a manifest.`,
 			var names []string
 			if len(args) == 1 {
 				if !manifest.IsName(args[0]) {
-					return usagef("audit: unknown component %q (known: %v)", args[0], manifest.Names)
+					return usagef("audit: unknown component %q (known: %s)", args[0], strings.Join(manifest.Names, ", "))
 				}
 				names = args
 			} else {
