@@ -104,8 +104,10 @@ func CheckRegular(path string, fi fs.FileInfo) error {
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s %w; refusing to follow it (remove the link and re-run)", path, ErrSymlink)
+	case fi.IsDir():
+		return fmt.Errorf("%s %w: it is a directory", path, ErrNotRegular)
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%s %w (mode %s)", path, ErrNotRegular, fi.Mode().Type())
+		return fmt.Errorf("%s %w: it is a named pipe, socket or device", path, ErrNotRegular)
 	}
 	return nil
 }
@@ -153,7 +155,7 @@ func MkdirAll(dir string, perm fs.FileMode) error {
 		if _, err := os.Lstat(d); err == nil {
 			break
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("mkdir %s: %w", dir, err)
+			return err // a *fs.PathError: it names the path
 		}
 		created = append(created, d)
 		if filepath.Dir(d) == d {
@@ -161,7 +163,7 @@ func MkdirAll(dir string, perm fs.FileMode) error {
 		}
 	}
 	if err := os.MkdirAll(dir, perm); err != nil {
-		return fmt.Errorf("mkdir %s: %w", dir, err)
+		return err // a *fs.PathError: "mkdir DIR: ..."
 	}
 	for _, d := range created {
 		if err := SyncDir(filepath.Dir(d)); err != nil {

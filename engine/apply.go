@@ -99,10 +99,11 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err := e.procs.PastMark(ctx, m); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
-	if err := e.writeTarget(r, p, comp, stamp); err != nil {
+	wrote, err := e.writeTarget(r, p, comp, stamp)
+	if err != nil {
 		return err
 	}
-	e.event(r.txn.ID, p, "write", comp, "", "wrote "+comp+" manifest")
+	e.event(r.txn.ID, p, "write", comp, "", writeMessage(p, comp, wrote))
 	e.hit(at(fault.AfterWrite, comp))
 	t, err := manifest.Target(st, comp)
 	if err != nil {
@@ -110,7 +111,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	}
 	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to replace "+comp, "waiting for kubelet to replace "+comp)
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
-		return fmt.Errorf("%s: %w", comp, err)
+		return e.waitFailed(comp, err)
 	}
 	if comp == nodestate.Etcd && p != journal.PhaseRollingBack {
 		// A newer etcd runs on the data now: from here on a rollback
@@ -120,9 +121,9 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		}
 	}
 	e.hit(at(fault.AfterReplaced, comp))
-	e.event(r.txn.ID, p, "wait-active", comp, comp+" to answer "+describeHealth(t), "waiting for the new "+comp+" to answer")
+	e.event(r.txn.ID, p, "wait-active", comp, describeActive(t), "waiting for the new "+describeActive(t))
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
-		return fmt.Errorf("%s: %w", comp, err)
+		return e.waitFailed(comp, err)
 	}
 	r.steps = append(r.steps, StepTime{Component: comp, Phase: string(p), Elapsed: time.Since(t0)})
 	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s replaced and active (%.1fs)", comp, time.Since(t0).Seconds()))
@@ -161,11 +162,40 @@ func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodest
 	return fresh, nil
 }
 
-func describeHealth(t proc.Target) string {
-	if t.Health == "" {
-		return "(no listener: running)"
+// waitFailed is the error of comp's failed wait as the operator reads it. A
+// *proc.WaitError names the component already; what only a developer reads
+// (the mark's ticks and boot id, the processes' start ticks) goes to the
+// debug log. Any other error gets the component's name in front.
+func (e *Engine) waitFailed(comp string, err error) error {
+	var we *proc.WaitError
+	if errors.As(err, &we) {
+		e.log.Debug("wait failed", "component", comp, "detail", we.Detail, "err", err)
+		return err
 	}
-	return t.Health
+	return fmt.Errorf("%s: %w", comp, err)
+}
+
+// describeActive is what the wait for t to be active waits for: "etcd to
+// answer http://127.0.0.1:2381/health", or for a component without a health
+// endpoint (kube-vip) "kube-vip to run".
+func describeActive(t proc.Target) string {
+	if !proc.HasListener(t) {
+		return t.Name + " to run"
+	}
+	return t.Name + " to answer " + t.Health
+}
+
+// writeMessage is the "write" event's message: what the step did to comp's
+// manifest. A rollback's step usually finds the bytes the snapshot restore
+// wrote already; so does a resumed step whose write came before the crash.
+func writeMessage(p journal.Phase, comp string, wrote bool) string {
+	switch {
+	case wrote:
+		return "wrote " + comp + " manifest"
+	case p == journal.PhaseRollingBack:
+		return "manifest restored from the snapshot (no write needed)"
+	}
+	return "manifest already written (before an interruption)"
 }
 
 // writeTarget writes the bytes comp's manifest must hold in phase p: in an
@@ -173,37 +203,38 @@ func describeHealth(t proc.Target) string {
 // journaled target with the mark's restarted-at stamp (an empty target
 // removes the manifest); in a rollback the snapshot's bytes with the
 // journaled stamp, in the snapshot's mode.
-func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) error {
+//
+// It reports whether it changed the manifest: false when the file already
+// held those bytes (the restore wrote them, or the write came before a
+// crash).
+func (e *Engine) writeTarget(r *run, p journal.Phase, comp, stamp string) (bool, error) {
 	if p == journal.PhaseRollingBack {
 		want, mode, err := r.restored(comp, stamp)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if _, err := e.store.Sweep(); err != nil {
-			return err
+			return false, err
 		}
-		_, err = e.store.PutMode(comp, want, mode)
-		return err
+		return e.store.PutMode(comp, want, mode)
 	}
 	want, err := r.want(comp, stamp)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if want == nil {
-		_, err := e.store.Remove(comp)
-		return err
+		return e.store.Remove(comp)
 	}
 	tg, _ := r.txn.Target(comp)
 	for _, d := range tg.Derived {
 		if _, err := manifest.WriteDerived(manifest.DerivedFile{Path: d.Path, Data: d.Data, Mode: d.Mode}); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if _, err := e.store.Sweep(); err != nil {
-		return err
+		return false, err
 	}
-	_, err = e.store.Put(comp, want)
-	return err
+	return e.store.Put(comp, want)
 }
 
 // want is the exact bytes comp's manifest must hold after its step of an

@@ -82,7 +82,7 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 			continue
 		}
 		if ctx.Err() != nil {
-			return r.result("", ""), fmt.Errorf("%w: transaction %s left open in phase %s (%v): %w", ErrInterrupted, r.txn.ID, r.txn.Phase, stepErr, ErrStillOpen)
+			return r.result("", ""), fmt.Errorf("%w in phase %s of transaction %s (%v): %w", ErrInterrupted, r.txn.Phase, r.txn.ID, stepErr, ErrStillOpen)
 		}
 		if errors.Is(stepErr, errFatalJournal) {
 			return r.result("", ""), stepErr

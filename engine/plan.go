@@ -55,6 +55,37 @@ type Change struct {
 	// Before is the manifest on disk (nil when there is none); After is what
 	// the transaction writes.
 	Before, After []byte
+	// EditedByHand: Before is not the render of the node state the
+	// transaction starts from (manifest.MatchesRender): the write puts the
+	// render back and undoes the edit.
+	EditedByHand bool
+	// Released: the release changes the component's render. A change that
+	// is EditedByHand and not Released only undoes the edit.
+	Released bool
+}
+
+// EditedByHand is the changing components whose manifest on disk was
+// edited by hand, in roster order.
+func (p *Plan) EditedByHand() []string {
+	var out []string
+	for _, c := range p.Changes {
+		if c.EditedByHand {
+			out = append(out, c.Component)
+		}
+	}
+	return out
+}
+
+// Released is the components whose render the release changes, in roster
+// order.
+func (p *Plan) Released() []string {
+	var out []string
+	for _, c := range p.Changes {
+		if c.Released {
+			out = append(out, c.Component)
+		}
+	}
+	return out
 }
 
 // Changed is the changing components, in roster order.
@@ -129,6 +160,7 @@ func planChanges(store Manifests, st, to *nodestate.NodeState) (*Plan, error) {
 		return nil, err
 	}
 	plan := &Plan{From: st, To: to, Derived: derived}
+	fromRoster := manifest.NamesFor(st)
 	for _, comp := range manifest.NamesFor(to) {
 		before, stamp, err := onDisk(store, comp)
 		if err != nil {
@@ -138,11 +170,32 @@ func planChanges(store Manifests, st, to *nodestate.NodeState) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !bytes.Equal(before, after) {
-			plan.Changes = append(plan.Changes, Change{Component: comp, Before: before, After: after})
+		if bytes.Equal(before, after) {
+			continue
 		}
+		c := Change{Component: comp, Before: before, After: after, Released: true}
+		if slices.Contains(fromRoster, comp) {
+			// The release changes the component when after differs from
+			// what the node state renders now, with the same stamp; the
+			// file was edited by hand when it is not that render (as
+			// status's "differs").
+			if prev, err := renderOf(st, comp, stamp); err == nil {
+				c.Released = !bytes.Equal(prev, after)
+			}
+			c.EditedByHand = before != nil && !manifest.MatchesRender(st, comp, before)
+		}
+		plan.Changes = append(plan.Changes, c)
 	}
 	return plan, nil
+}
+
+// renderOf is comp's manifest rendered from st with restarted-at stamp.
+func renderOf(st *nodestate.NodeState, comp, stamp string) ([]byte, error) {
+	prof, err := manifest.LoadProfile(st)
+	if err != nil {
+		return nil, err
+	}
+	return manifest.RenderBytes(st, prof, comp, stamp)
 }
 
 // onDisk is comp's manifest bytes and restarted-at stamp as on disk; both

@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -44,15 +41,13 @@ type Release struct {
 }
 
 // ParseRelease strictly decodes and validates a release document. An unknown
-// field, an unknown component, an empty image or a malformed version is an
-// error that names it.
+// field (with its line and the closest known field), a node state given
+// instead (*nodestate.KindError), a second document, an unknown component,
+// an empty image or a malformed version is an error that names it.
 func ParseRelease(b []byte) (*Release, error) {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, errors.New("release: empty document")
-	}
 	var r Release
-	if err := yaml.UnmarshalStrict(b, &r); err != nil {
-		return nil, fmt.Errorf("release: %w", err)
+	if err := nodestate.DecodeStrict(b, ReleaseKind, &r); err != nil {
+		return nil, err
 	}
 	var problems []string
 	if r.APIVersion != ReleaseAPIVersion || r.Kind != ReleaseKind {
@@ -77,12 +72,13 @@ func ParseRelease(b []byte) (*Release, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("release: %s", strings.Join(problems, "; "))
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	return &r, nil
 }
 
-// LoadRelease reads and parses the release file at path.
+// LoadRelease reads and parses the release file at path. Its errors start
+// with "release PATH: ".
 func LoadRelease(path string) (*Release, []byte, error) {
 	b, _, err := durable.ReadRegular(path)
 	if err != nil {
@@ -90,7 +86,7 @@ func LoadRelease(path string) (*Release, []byte, error) {
 	}
 	r, err := ParseRelease(b)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("release %s: %w", path, err)
 	}
 	return r, b, nil
 }
@@ -117,7 +113,13 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		}
 	}
 	if err := to.Validate(); err != nil {
-		return nil, fmt.Errorf("release applied to the node state: %w", err)
+		// The node state was valid: what is wrong came with the release,
+		// and each field error names its field (images.kube-apiserver).
+		var ve nodestate.ValidationError
+		if errors.As(err, &ve) {
+			return nil, ve.Fields()
+		}
+		return nil, err
 	}
 	return to, nil
 }

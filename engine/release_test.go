@@ -19,7 +19,7 @@ func TestParseRelease(t *testing.T) {
 	}{
 		{"v1.34.5.yaml", ""},
 		{"v1.34.5-no-etcd.yaml", ""},
-		{"malformed.yaml", "release:"},
+		{"malformed.yaml", "release ../testdata/releases/malformed.yaml: line 3: did not find expected"},
 		{"unknown-component.yaml", `images.kube-proxy: unknown component "kube-proxy"`},
 	}
 	for _, c := range cases {
@@ -38,11 +38,15 @@ func TestParseRelease(t *testing.T) {
 	}
 	for doc, want := range map[string]string{
 		"":                         "empty",
-		"apiVersion: x\nkind: y\n": "apiVersion/kind",
-		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: 1.34\nimages: {etcd: e}\n":   "kubernetesVersion",
-		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {}\n":       "images: required",
-		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: ''}": "empty image",
-		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimagez: {}\n":       "unknown field",
+		"apiVersion: x\nkind: y\n": `line 2: kind: must be Release, got "y"`,
+		"apiVersion: x\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: e}\n":                                      "apiVersion/kind must be",
+		"apiVersion: stratum.ciq.com/v1\nkind: NodeState\nnodeName: cp-1\n":                                                  "line 2: kind: NodeState: this file is a node state, not a release",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimage: {etcd: e}\n":                      `line 4: unknown field "image" (did you mean "images"?)`,
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: e}\n---\nkind: Release\n": "line 5: a second YAML document starts here; the file must hold one Release only",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: 1.34\nimages: {etcd: e}\n":                        "kubernetesVersion",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {}\n":                            "images: required",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: ''}":                      "empty image",
+		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimagez: {}\n":                            "unknown field",
 	} {
 		if _, err := ParseRelease([]byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseRelease(%q) = %v, want %q", doc, err, want)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/proc"
 	"github.com/ciq/stratum-upgrade/snapshot"
@@ -17,7 +18,8 @@ import (
 type ComponentReport struct {
 	Component string `json:"component"`
 	// Manifest is "snapshot" (the snapshot's bytes but for restarted-at),
-	// "missing", "unreadable" or "other".
+	// "missing", "symlink" (a symbolic link, which is never followed),
+	// "unreadable" or "other".
 	Manifest  string         `json:"manifest"`
 	Processes []proc.Process `json:"processes"`
 	Active    bool           `json:"active"`
@@ -34,6 +36,8 @@ func (e *Engine) nodeReport(r *run) []byte {
 		switch {
 		case errors.Is(err, manifest.ErrNoManifest):
 			rep.Manifest = "missing"
+		case errors.Is(err, durable.ErrSymlink):
+			rep.Manifest, rep.Error = "symlink", err.Error()
 		case err != nil:
 			rep.Manifest, rep.Error = "unreadable", err.Error()
 		case snap != nil && sameModuloStamp(snap, comp, b):

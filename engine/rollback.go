@@ -343,7 +343,7 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, comp string) err
 			return err
 		}
 		if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
-			return fmt.Errorf("%s: %w", comp, err)
+			return fmt.Errorf("the upgrade added %s and the restore removed its manifest, but %w", comp, err)
 		}
 		return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepDone, Component: comp})
 	}
@@ -372,7 +372,7 @@ func (e *Engine) verifyRolledBack(ctx context.Context, r *run) error {
 			return err
 		}
 		if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
-			return fmt.Errorf("after rollback, %s: %w", comp, err)
+			return fmt.Errorf("after the rollback, %w", err) // it names comp
 		}
 	}
 	want := map[string][]proc.Process{}

@@ -122,13 +122,17 @@ func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []str
 					return err
 				}
 				if !slices.Equal(now, w) {
-					return fmt.Errorf("%s was replaced during the %s soak window (processes %s, now %s): it is crash-looping or kubelet restarted it", comp, e.dl.Soak, pids(w), pids(now))
+					e.log.Debug("replaced during the soak", "component", comp, "was", w, "now", now)
+					return fmt.Errorf("%s was replaced during the %s soak window (%s): it is crash-looping or kubelet restarted it; check its log (crictl ps -a --name %s, then crictl logs ID) and kubelet's (journalctl -u kubelet)", comp, e.dl.Soak, replacedPIDs(w, now), comp)
 				}
 			}
 			if e.procs.Active(ctx, targets[i]) {
 				misses[comp] = 0
 			} else if misses[comp]++; misses[comp] >= 3 {
-				return fmt.Errorf("%s stopped answering %s during the soak window", comp, describeHealth(targets[i]))
+				if !proc.HasListener(targets[i]) {
+					return fmt.Errorf("%s stopped running during the %s soak window; check kubelet's log (journalctl -u kubelet)", comp, e.dl.Soak)
+				}
+				return fmt.Errorf("%s stopped answering %s during the %s soak window; check its log (crictl ps -a --name %s, then crictl logs ID)", comp, targets[i].Health, e.dl.Soak, comp)
 			}
 		}
 		if ctx.Err() != nil {
@@ -146,13 +150,28 @@ func (e *Engine) soak(ctx context.Context, st *nodestate.NodeState, roster []str
 }
 
 // pids is processes as an operator reads them: "pid 41 (started at tick 9)".
+// replacedPIDs says how the processes of a component changed, by pid: "pid
+// 12, now pid 40", "pid 12, now none", or "pid 12 restarted" (a pid reused
+// by the new process; the start ticks, which tell them apart, go to the
+// debug log).
+func replacedPIDs(was, now []proc.Process) string {
+	w, n := pids(was), pids(now)
+	if w == n {
+		return w + " restarted"
+	}
+	return w + ", now " + n
+}
+
 func pids(ps []proc.Process) string {
 	if len(ps) == 0 {
 		return "none"
 	}
 	out := make([]string, len(ps))
 	for i, p := range ps {
-		out[i] = fmt.Sprintf("pid %d (started at tick %d)", p.PID, p.StartTicks)
+		out[i] = fmt.Sprint(p.PID)
 	}
-	return strings.Join(out, ", ")
+	if len(ps) == 1 {
+		return "pid " + out[0]
+	}
+	return "pids " + strings.Join(out, ", ")
 }

@@ -75,16 +75,18 @@ func Open(path string, opt Options) (*Journal, error) {
 	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
 		return nil, fmt.Errorf("journal %s %w: refusing to follow it; point stratum-upgrade at the real file", path, durable.ErrSymlink)
 	case err == nil && !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("journal %s %w (%s)", path, durable.ErrNotRegular, fi.Mode().Type())
+		return nil, fmt.Errorf("journal %s %w: it is %s; move it aside or use another state directory", path, durable.ErrNotRegular, fileType(fi.Mode()))
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, &osError{fmt.Sprintf("journal %s: %s", path, osReason(filepath.Dir(path), err)), err}
 	case errors.Is(err, fs.ErrNotExist) && opt.ReadOnly:
 		return nil, fmt.Errorf("journal %s does not exist: nothing has been imported or upgraded on this node yet", path)
 	case errors.Is(err, fs.ErrNotExist):
 		if err := durable.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("journal %s: create directory: %w", path, err)
+			return nil, &osError{fmt.Sprintf("journal %s: cannot create its directory: %s", path, osReason(filepath.Dir(path), err)), err}
 		}
 		created = true
 	case err != nil:
-		return nil, fmt.Errorf("journal %s: %w", path, err)
+		return nil, &osError{fmt.Sprintf("journal %s: %s", path, osReason(path, err)), err}
 	}
 
 	db, err := openBolt(path, opt)
@@ -99,7 +101,11 @@ func Open(path string, opt Options) (*Journal, error) {
 	case errors.Is(err, syscall.ELOOP):
 		return nil, fmt.Errorf("journal %s %w: refusing to follow it", path, durable.ErrSymlink)
 	case err != nil:
-		return nil, fmt.Errorf("journal %s: open: %w", path, err)
+		how := "for writing"
+		if opt.ReadOnly {
+			how = "for reading"
+		}
+		return nil, &osError{fmt.Sprintf("journal %s: cannot open it %s: %s", path, how, osReason(path, err)), err}
 	}
 	if created {
 		// bbolt fsyncs the file, not the directory entry that names it.
@@ -123,6 +129,55 @@ func Open(path string, opt Options) (*Journal, error) {
 		}
 	}
 	return j, nil
+}
+
+// osError is an OS error in the operator's words: the message names the
+// path once and says what is wrong ("read-only file system", "/x is a file,
+// not a directory"); it wraps the original error (errors.Is and errors.As
+// still see the *fs.PathError and its errno).
+type osError struct {
+	msg string
+	err error
+}
+
+func (e *osError) Error() string { return e.msg }
+func (e *osError) Unwrap() error { return e.err }
+
+// osReason is what is wrong, without Go's "op path:" prefixes: the errno's
+// text, and for ENOTDIR which part of path is not a directory.
+func osReason(path string, err error) string {
+	if errors.Is(err, syscall.ENOTDIR) {
+		for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+			if fi, serr := os.Lstat(p); serr == nil && !fi.IsDir() {
+				return fmt.Sprintf("%s is a file, not a directory", p)
+			}
+			if filepath.Dir(p) == p {
+				break
+			}
+		}
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
+}
+
+// fileType names the type of a file that is not a regular one.
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file (mode " + m.String() + ")"
 }
 
 // openBolt is bolt.Open with the file checked first. bbolt trusts its

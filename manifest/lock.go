@@ -41,5 +41,5 @@ func LockDir(dir string, timeout time.Duration) (release func(), err error) {
 	case err == nil || errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("%w: %s is held by another stratum-upgrade (perhaps one with another --state-dir) after waiting %s; only one may write the manifest directory", ErrLocked, dir, timeout)
 	}
-	return nil, fmt.Errorf("lock manifest dir %s: %w", dir, err)
+	return nil, dirErr(dir, "cannot lock it", err)
 }

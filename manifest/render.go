@@ -146,6 +146,24 @@ func RenderBytes(st *nodestate.NodeState, prof Profile, name, restartedAt string
 	return Encode(pod)
 }
 
+// MatchesRender reports whether b, a manifest as on disk, is exactly the
+// render of component name from st, with b's own restarted-at stamp (a
+// restart changes only that). False means it was edited by hand (or is
+// another node state's, or does not decode): `status` shows it as
+// "differs", and `plan` says the upgrade puts it back.
+func MatchesRender(st *nodestate.NodeState, name string, b []byte) bool {
+	pod, err := DecodePod(b)
+	if err != nil {
+		return false
+	}
+	prof, err := LoadProfile(st)
+	if err != nil {
+		return false
+	}
+	want, err := RenderBytes(st, prof, name, RestartedAt(pod))
+	return err == nil && bytes.Equal(want, b)
+}
+
 // DecodePod strictly decodes a manifest: an unknown or duplicated field is
 // an error, and so is anything but a kind Pod, apiVersion v1 object with at
 // least one container. It applies no API defaults.

@@ -132,7 +132,7 @@ func (s *Store) writable(op string) error {
 // missing. It is for `init` on a node that has never run a control plane.
 func Create(dir string, opt Options) (*Store, error) {
 	if err := durable.MkdirAll(dir, DirMode); err != nil {
-		return nil, fmt.Errorf("manifest dir %s: %w", dir, err)
+		return nil, dirErr(dir, "cannot create it", err)
 	}
 	return Open(dir, opt)
 }
@@ -183,10 +183,45 @@ func (s *Store) Read(name string) ([]byte, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("manifest %s: %w at %s", name, ErrNoManifest, s.Path(name))
 	}
+	if errors.Is(err, durable.ErrSymlink) {
+		p := s.Path(name)
+		return nil, &dirError{msg: fmt.Sprintf("manifest %s: %s is a symbolic link, which stratum-upgrade refuses to follow (kubelet follows it, so it runs whatever the link points to): replace the link with a copy of its target (cp --remove-destination \"$(readlink -f %s)\" %s)", name, p, p, p), err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// StrayNote says what kubelet does with stray, an entry of the manifest
+// directory that is not a component manifest (see Strays): it runs a file
+// (or what a symlink points to) as a pod if it parses as one, and ignores a
+// directory (it does not recurse) and anything else that is not a file.
+func (s *Store) StrayNote(stray string) string {
+	return StrayNote(s.dir, stray)
+}
+
+// StrayNote is Store.StrayNote for the manifest directory dir.
+func StrayNote(dir, stray string) string {
+	p := filepath.Join(dir, stray)
+	lfi, err := os.Lstat(p)
+	if err != nil {
+		return "gone since it was listed"
+	}
+	fi, err := os.Stat(p) // kubelet follows symlinks
+	switch {
+	case err != nil && lfi.Mode()&fs.ModeSymlink != 0:
+		return "ignored by kubelet: a symbolic link to nothing"
+	case err != nil:
+		return "unreadable: " + osReason(p, err)
+	case fi.IsDir():
+		return "ignored by kubelet: a directory (kubelet does not look inside)"
+	case !fi.Mode().IsRegular():
+		return "ignored by kubelet: not a regular file"
+	case lfi.Mode()&fs.ModeSymlink != 0:
+		return "a symbolic link: kubelet runs what it points to as a pod if it parses"
+	}
+	return "kubelet runs it as a pod if it parses"
 }
 
 // ReadContainerSpec parses the manifest on disk for component name and

@@ -117,7 +117,7 @@ func (s *Store) Sweep() (SweepResult, error) {
 		if strings.HasPrefix(name, ".") {
 			continue // kubelet ignores hidden files, and so do we
 		}
-		s.log.Warn("file in the manifest directory is not a stratum manifest; kubelet runs it as a pod if it parses", "file", name)
+		s.log.Warn("entry in the manifest directory is not a stratum manifest; left alone", "file", name, "kubelet", StrayNote(s.dir, name))
 		res.Strays = append(res.Strays, name)
 	}
 	if len(res.Swept) > 0 {

@@ -7,13 +7,11 @@
 package nodestate
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -215,15 +213,9 @@ func Load(path string) (*NodeState, error) {
 
 // Parse strictly decodes, defaults and validates a node state document.
 func Parse(b []byte) (*NodeState, error) {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil, errors.New("empty document")
-	}
-	if err := checkUnknownFields(b); err != nil {
-		return nil, fmt.Errorf("decode: %w", err)
-	}
 	var st NodeState
-	if err := yaml.UnmarshalStrict(b, &st); err != nil {
-		return nil, fmt.Errorf("decode: %w", cleanYAMLError(err))
+	if err := DecodeStrict(b, Kind, &st); err != nil {
+		return nil, err
 	}
 	st.applyDefaults()
 	if err := st.Validate(); err != nil {
@@ -292,6 +284,16 @@ func (v ValidationError) Error() string {
 		parts[i] = e.Error()
 	}
 	return "invalid node state: " + strings.Join(parts, "; ")
+}
+
+// Fields is the field errors alone, without "invalid node state: ": for
+// a document whose fields are not a node state's (a release applied to one).
+func (v ValidationError) Fields() error {
+	parts := make([]string, len(v))
+	for i, e := range v {
+		parts[i] = e.Error()
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 var (
@@ -539,51 +541,6 @@ func (st *NodeState) Save(path string) error {
 	}
 	if _, err := durable.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("node state %s: %w", path, err)
-	}
-	return nil
-}
-
-// checkUnknownFields reports the first field of doc, by full path (for
-// example "etcd.datadir2"), that NodeState has no place for. The YAML
-// decoder's own strict mode names only the last element of the path.
-func checkUnknownFields(doc []byte) error {
-	var generic any
-	if err := yaml.Unmarshal(doc, &generic); err != nil {
-		return cleanYAMLError(err)
-	}
-	return walkFields(generic, reflect.TypeOf(NodeState{}), "")
-}
-
-func walkFields(v any, t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil // type mismatches are reported by the typed decode
-	}
-	switch t.Kind() {
-	case reflect.Map:
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if err := walkFields(m[k], t.Elem(), join(path, k)); err != nil {
-				return err
-			}
-		}
-	case reflect.Struct:
-		fields := map[string]reflect.Type{}
-		for i := 0; i < t.NumField(); i++ {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			fields[name] = t.Field(i).Type
-		}
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			ft, known := fields[k]
-			if !known {
-				return fmt.Errorf("unknown field %q", join(path, k))
-			}
-			if err := walkFields(m[k], ft, join(path, k)); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }

@@ -68,7 +68,10 @@ func (s *Scanner) answer(ctx context.Context, t Target) error {
 		}
 		return nil
 	}
-	return probe(ctx, t.Health)
+	if err := probe(ctx, t.Health); err != nil {
+		return describeProbe(t.Health, err)
+	}
+	return nil
 }
 
 // probe makes one health request to url: nil for a 2xx answer, otherwise
@@ -94,10 +97,7 @@ func probe(ctx context.Context, url string) error {
 	if len(body) > excerpt {
 		text = strings.ToValidUTF8(text[:min(len(text), excerpt)], "") + "..."
 	}
-	if text == "" {
-		return fmt.Errorf("GET %s: HTTP %s", url, resp.Status)
-	}
-	return fmt.Errorf("GET %s: HTTP %s: %q", url, resp.Status, text)
+	return &statusError{status: resp.Status, body: text}
 }
 
 // Pacing of WaitActive while nothing listens on the health endpoint: a
@@ -141,16 +141,22 @@ func activePacer() pacer {
 // the first check at once; then, while nothing listens on the endpoint
 // (connection refused), after 2 ms growing by 30% a time; after any other
 // failure after 10 ms doubling; both up to 250 ms. It
-// returns nil once t answers. Otherwise the error says "waiting for <name>
-// to answer on <url>" (or, without a health endpoint, "to run") and gives
-// the last failure: the connection error, or the HTTP status with an
-// excerpt of the body.
+// returns nil once t answers. Otherwise the error is a *WaitError: "<name>
+// did not answer healthy on <url> within <timeout>" (or, without a health
+// endpoint, "did not start running") with the last failure: nothing
+// listening, no answer, or the HTTP status with an excerpt of the body.
 func (s *Scanner) WaitActive(ctx context.Context, t Target, timeout time.Duration) error {
-	what := fmt.Sprintf("%s to answer on %s", t.Name, t.Health)
-	if !HasListener(t) {
-		what = fmt.Sprintf("%s to run (it has no health endpoint)", t.Name)
+	we := &WaitError{
+		Component: t.Name,
+		Awaited:   fmt.Sprintf("%s to answer on %s", t.Name, t.Health),
+		Failed:    fmt.Sprintf("%s did not answer healthy on %s", t.Name, t.Health),
+		Advice:    fmt.Sprintf("check its log (crictl ps -a --name %s, then crictl logs ID)", t.Name),
 	}
-	return waitFor(ctx, what, timeout, func(ctx context.Context) (bool, error) {
+	if !HasListener(t) {
+		// No health endpoint (kube-vip): running is all there is to see.
+		we.Awaited, we.Failed, we.Advice = t.Name+" to run", t.Name+" did not start running", kubeletLog
+	}
+	return waitFor(ctx, we, timeout, func(ctx context.Context) (bool, error) {
 		err := s.answer(ctx, t)
 		return err == nil, err
 	}, activePacer(), sleep)

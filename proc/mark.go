@@ -128,7 +128,7 @@ func (s *Scanner) PastMark(ctx context.Context, m Mark) error {
 		wait := max(time.Duration(m.Ticks-now.Ticks)*(time.Second/userHZ), time.Millisecond)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the clock to pass tick %d: %w", m.Ticks, ctx.Err())
+			return fmt.Errorf("stopped waiting for the clock to move past the mark taken before the write: %w", ctx.Err())
 		case <-time.After(wait):
 		}
 	}

@@ -3,6 +3,7 @@ package proc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"slices"
@@ -183,7 +184,7 @@ func TestWaitReplaced(t *testing.T) {
 		if err == nil {
 			t.Fatal("WaitReplaced succeeded with only the old process running")
 		}
-		for _, want := range []string{"waiting for kube-scheduler to be replaced", "timed out", "still running from before the mark", "pid " + itoa(old.Process.Pid)} {
+		for _, want := range []string{"kubelet did not start a new kube-scheduler within 300ms of its manifest being written (still running: pid " + itoa(old.Process.Pid) + ", started before the write); check kubelet's log (journalctl -u kubelet)"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not say %q", err, want)
 			}
@@ -233,7 +234,7 @@ func TestWaitReplaced(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		err = self().WaitReplaced(cctx, Target{Name: "c", Binary: name}, m, time.Minute)
-		if err == nil || !strings.Contains(err.Error(), "context canceled") {
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped waiting for kubelet to start a new c after ") || !strings.Contains(err.Error(), " (last seen: ") {
 			t.Fatalf("WaitReplaced cancelled: %v", err)
 		}
 	})

@@ -69,11 +69,10 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // waitFor runs c until it reports done, ctx ends or timeout passes, pausing
 // between checks with p for as long as next says. It returns nil once
-// done; otherwise an error saying what was awaited ("waiting for <what>"),
-// for how long, and the last reason c gave. The error wraps ctx's error
-// (context.DeadlineExceeded on timeout) and that reason. A timeout <= 0
-// allows a single check.
-func waitFor(ctx context.Context, what string, timeout time.Duration, c check, next pacer, p pause) error {
+// done; otherwise we, completed: how long it waited, ctx's error
+// (context.DeadlineExceeded on timeout) and the last reason c gave. A
+// timeout <= 0 allows a single check.
+func waitFor(ctx context.Context, we *WaitError, timeout time.Duration, c check, next pacer, p pause) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, max(timeout, 0))
 	defer cancel()
@@ -96,22 +95,19 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, c check, n
 			break
 		}
 	}
-	if why == nil {
-		why = errors.New("no check completed")
-	}
-	elapsed := time.Since(start).Round(time.Millisecond)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("waiting for %s: timed out after %s (%w); last failure: %w", what, elapsed, ctx.Err(), why)
-	}
-	return fmt.Errorf("waiting for %s: stopped after %s (%w); last failure: %w", what, elapsed, ctx.Err(), why)
+	we.Timeout, we.Elapsed = max(timeout, 0), time.Since(start).Round(time.Millisecond)
+	we.Last, we.cause = why, ctx.Err()
+	return we
 }
 
 // WaitReplaced waits until Replaced(t, m) is done: once a changed manifest
 // is written, until kubelet has taken down whatever ran before it and runs
 // at least one process started after m. It returns nil once that holds. On
-// timeout (or when ctx ends) the error lists the pids and start ticks that
-// still predate m, or says that no process of t.Binary is running, or gives
-// the last error reading /proc. Reading errors are retried until the
+// timeout (or when ctx ends) the error is a *WaitError: "kubelet did not
+// start a new <name> within <timeout> of its manifest being written" with
+// the pids still running from before m, or that no process of t.Binary is
+// running, or the last error reading /proc (m's ticks and boot id and the
+// start ticks are in its Detail). Reading errors are retried until the
 // deadline: they are unknown, not an answer.
 //
 // Every decision is a full Replaced check; what happens in between only
@@ -124,9 +120,16 @@ func waitFor(ctx context.Context, what string, timeout time.Duration, c check, n
 // only every two seconds. Where the events are not available it polls: at
 // once, then after 10 ms doubling up to 250 ms.
 func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout time.Duration) error {
-	what := fmt.Sprintf("%s to be replaced after tick %d of boot %s", t.Name, m.Ticks, m.BootID)
 	if m.BootID == "" {
-		return fmt.Errorf("waiting for %s: mark has no boot id (take it with Mark)", what)
+		return fmt.Errorf("waiting for %s to be replaced: mark has no boot id (take it with Mark)", t.Name)
+	}
+	we := &WaitError{
+		Component: t.Name,
+		Awaited:   "kubelet to start a new " + t.Name,
+		Failed:    "kubelet did not start a new " + t.Name,
+		After:     "of its manifest being written",
+		Advice:    kubeletLog,
+		Detail:    fmt.Sprintf("mark: tick %d of boot %s", m.Ticks, m.BootID),
 	}
 	// Subscribed before the first check, so that no exec falls between.
 	w := s.watchExecs()
@@ -144,7 +147,7 @@ func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout ti
 		// Polled, or /proc could not be read: retried at the shared pace.
 		return polled(why)
 	}
-	return waitFor(ctx, what, timeout, func(context.Context) (bool, error) {
+	return waitFor(ctx, we, timeout, func(context.Context) (bool, error) {
 		done, st, err := s.Replaced(t, m)
 		stale, answered = st, err == nil
 		switch {
@@ -153,7 +156,8 @@ func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout ti
 		case done:
 			return true, nil
 		case len(st) > 0:
-			return false, fmt.Errorf("still running from before the mark: %s", describe(st))
+			we.Detail = fmt.Sprintf("mark: tick %d of boot %s; still running from before it: %s", m.Ticks, m.BootID, describe(st))
+			return false, fmt.Errorf("still running: %s, started before the write", describePIDs(st))
 		default:
 			return false, fmt.Errorf("no process of %s is running", t.Binary)
 		}
@@ -164,7 +168,7 @@ func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout ti
 
 // WaitGone waits until no process of t.Binary runs (a zombie does not run).
 // It returns nil once PIDs reports none. On timeout (or when ctx ends) the
-// error lists the survivors' pids and start ticks, or gives the last error
+// error (a *WaitError) lists the survivors' pids (start ticks in Detail), or gives the last error
 // reading /proc: an unreadable table is retried until the deadline, never
 // taken for gone.
 //
@@ -173,7 +177,8 @@ func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout ti
 // pid namespace), so an exit is seen at once; otherwise it polls.
 func (s *Scanner) WaitGone(ctx context.Context, t Target, timeout time.Duration) error {
 	var survivors []Process
-	return waitFor(ctx, t.Name+" to exit", timeout, func(context.Context) (bool, error) {
+	we := &WaitError{Component: t.Name, Awaited: t.Name + " to exit", Failed: t.Name + " did not exit", Advice: kubeletLog}
+	return waitFor(ctx, we, timeout, func(context.Context) (bool, error) {
 		ps, err := s.PIDs(t.Binary)
 		if err != nil {
 			survivors = nil
@@ -183,7 +188,8 @@ func (s *Scanner) WaitGone(ctx context.Context, t Target, timeout time.Duration)
 		if len(ps) == 0 {
 			return true, nil
 		}
-		return false, fmt.Errorf("still running: %s", describe(ps))
+		we.Detail = "still running: " + describe(ps)
+		return false, fmt.Errorf("still running: %s", describePIDs(ps))
 	}, backoffPacer(), func(ctx context.Context, d time.Duration) {
 		s.awaitChange(ctx, d, survivors, nil, "")
 	})

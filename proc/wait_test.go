@@ -63,7 +63,7 @@ func TestWaitGone(t *testing.T) {
 				if err == nil {
 					t.Fatal("WaitGone succeeded while the process runs")
 				}
-				for _, want := range []string{"waiting for kube-scheduler to exit", "timed out", "still running", "pid " + itoa(cmd.Process.Pid) + " (started at tick"} {
+				for _, want := range []string{"kube-scheduler did not exit within 300ms (still running: pid " + itoa(cmd.Process.Pid) + "); check kubelet's log"} {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("error %q does not say %q", err, want)
 					}
@@ -89,7 +89,7 @@ func TestWaitGone(t *testing.T) {
 		}
 		s.root = root + "/missing"
 		err = s.WaitGone(ctx, Target{Name: "etcd", Binary: "etcd"}, 100*time.Millisecond)
-		if err == nil || !strings.Contains(err.Error(), "waiting for etcd to exit") {
+		if err == nil || !strings.Contains(err.Error(), "etcd did not exit within 100ms") {
 			t.Fatalf("WaitGone on an unreadable table: %v", err)
 		}
 	})
@@ -154,10 +154,12 @@ func TestWaitReplacedCancelledWhileWatching(t *testing.T) {
 	if err == nil {
 		t.Fatal("WaitReplaced succeeded with only the old process running")
 	}
-	for _, want := range []string{"waiting for kube-scheduler to be replaced", "context canceled", "pid " + itoa(old.Process.Pid)} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not say %q", err, want)
-		}
+	want := "stopped waiting for kubelet to start a new kube-scheduler after "
+	if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), " (last seen: still running: pid "+itoa(old.Process.Pid)+", started before the write)") {
+		t.Errorf("error %q does not say %q and which pid", err, want)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("error %q does not wrap context.Canceled", err)
 	}
 }
 

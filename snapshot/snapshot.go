@@ -289,7 +289,11 @@ func Load(dir string, allowedDerived []string) (*Loaded, error) {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return nil, bad("not a directory (mode %s)", fi.Mode().Type())
+		what := "a file"
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			what = "a symbolic link"
+		}
+		return nil, bad("not a directory: it is %s", what)
 	}
 	raw, _, err := durable.ReadRegular(filepath.Join(dir, indexFile))
 	if err != nil {

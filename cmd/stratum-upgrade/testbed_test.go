@@ -148,8 +148,15 @@ func TestOnTestBed(t *testing.T) {
 	if code != cli.ExitRolledBack {
 		t.Fatalf("run of a failing release: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
 	}
-	contains(t, "run output", out, "rolling back: kube-scheduler", "restoring the manifest snapshot", "rolled back ")
-	contains(t, "stderr", errOut, "upgrade rolled back")
+	contains(t, "run output", out, "rolling back: kube-scheduler", "restoring the manifest snapshot",
+		"] rolled back (reason above)\n", "the node runs what it ran before (reason above)\n")
+	contains(t, "stderr", errOut, "stratum-upgrade: upgrade rolled back (reason above)\n")
+	// The reason is printed once, in the rolling-back line.
+	_, reason, _ := strings.Cut(out, "rolling back: ")
+	reason, _, _ = strings.Cut(reason, "\n")
+	if n := strings.Count(out+errOut, reason); reason == "" || n != 1 {
+		t.Errorf("the reason %q is printed %d times, want once:\n%s%s", reason, n, out, errOut)
+	}
 	contains(t, "manifest", readFile(t, sched), "image: registry.k8s.io/kube-scheduler:v1.34.5\n")
 	contains(t, "metrics", readFile(t, c.metrics), `stratum_upgrade_last_result{result="rolled-back"} 1`,
 		`stratum_upgrade_step_duration_seconds{component="kube-scheduler",phase="rolling-back"} `)

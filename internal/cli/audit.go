@@ -105,11 +105,11 @@ func (g *globals) audit(args []string) error {
 	} else {
 		rep.print(g)
 	}
-	return auditError(rep, missing, unreadable, denied)
+	return g.auditError(rep, missing, unreadable, denied)
 }
 
 // auditError is the error of an incomplete audit, nil for a complete one.
-func auditError(rep auditReport, missing, unreadable []string, denied bool) error {
+func (g *globals) auditError(rep auditReport, missing, unreadable []string, denied bool) error {
 	var parts []string
 	if len(rep.Components) == 0 {
 		return fmt.Errorf("%w: no manifest of any component (%s) in %s, and no node state in the journal to say which should be there: nothing was audited (is --manifest-dir kubelet's staticPodPath?)",
@@ -126,9 +126,9 @@ func auditError(rep auditReport, missing, unreadable []string, denied bool) erro
 	if len(parts) == 0 {
 		return nil
 	}
-	adv := "`stratum-upgrade status` shows each component"
+	adv := "`" + g.cmdline("status") + "` shows each component"
 	if len(missing) > 0 && rep.Roster != "manifest-dir" {
-		adv += "; `stratum-upgrade render` writes the missing manifests from the node state"
+		adv += "; `" + g.cmdline("render") + "` writes the missing manifests from the node state"
 	}
 	if denied {
 		adv += "; audit reads the manifest files, which needs root (run it with sudo)"

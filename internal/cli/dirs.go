@@ -153,7 +153,10 @@ func checkCreatable(what, dir string) error {
 		case err != nil:
 			return fmt.Errorf("%s %s: %w", what, dir, err)
 		case !fi.IsDir():
-			return fmt.Errorf("%s %s: %s is not a directory", what, dir, p)
+			if p == dir {
+				return fmt.Errorf("%s %s: it is a file, not a directory", what, dir)
+			}
+			return fmt.Errorf("%s %s: cannot create it: %s is a file, not a directory", what, dir, p)
 		case p == dir:
 			return nil
 		}

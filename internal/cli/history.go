@@ -88,13 +88,13 @@ func (g *globals) history(limit int) error {
 		fmt.Fprintln(g.stdout, "no transactions")
 		return nil
 	}
-	return printHistory(g.stdout, rep.Transactions, textWidth(g.stdout))
+	return printHistory(g.stdout, rep.Transactions, textWidth(g.stdout), g.cmdline("history TXN"))
 }
 
 // printHistory writes the history table. width > 0 cuts each REASON so
 // that its line fits in width columns (but leaves at least minReason of
 // it), with a note that `history TXN` has the whole text.
-func printHistory(w io.Writer, txns []txnInfo, width int) error {
+func printHistory(w io.Writer, txns []txnInfo, width int, more string) error {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tPHASE\tSTARTED\tDURATION\tFROM\tTO\tWRITTEN\tREASON")
@@ -118,7 +118,7 @@ func printHistory(w io.Writer, txns []txnInfo, width int) error {
 		}
 	}
 	if cut {
-		_, err := fmt.Fprintln(w, "(reasons cut to the terminal's width: `stratum-upgrade history TXN` shows the whole)")
+		_, err := fmt.Fprintf(w, "(reasons cut to the terminal's width: `%s` shows the whole)\n", more)
 		return err
 	}
 	return nil

@@ -35,7 +35,7 @@ func TestPrintHistoryCutsReasons(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := printHistory(&b, txns, tc.width); err != nil {
+			if err := printHistory(&b, txns, tc.width, "stratum-upgrade history TXN"); err != nil {
 				t.Fatal(err)
 			}
 			out := b.String()

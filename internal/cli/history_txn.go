@@ -47,13 +47,13 @@ func (g *globals) showTxn(id string) error {
 	if g.json() {
 		return writeJSON(g.stdout, d)
 	}
-	return d.print(g.stdout)
+	return d.print(g.stdout, g.cmdline)
 }
 
 // stamp is a record's time in the detail: to the millisecond.
 const stamp = "2006-01-02T15:04:05.000Z07:00"
 
-func (d *txnDetail) print(w io.Writer) error {
+func (d *txnDetail) print(w io.Writer, cmdline func(string) string) error {
 	field := func(label, format string, args ...any) {
 		v := fmt.Sprintf(format, args...)
 		fmt.Fprintf(w, "%-14s%s\n", label+":", strings.ReplaceAll(v, "\n", "\n"+strings.Repeat(" ", 14)))
@@ -61,7 +61,7 @@ func (d *txnDetail) print(w io.Writer) error {
 	field("transaction", "%s", d.ID)
 	field("kind", "%s", d.Kind)
 	field("phase", "%s", d.Phase)
-	field("outcome", "%s", outcomeText(d.Phase, d.To))
+	field("outcome", "%s", outcomeText(d.Phase, d.To, cmdline))
 	field("versions", "%s -> %s", orDash(d.From), orDash(d.To))
 	field("started", "%s", d.Started.Format(time.RFC3339))
 	if d.Ended != nil {
@@ -118,7 +118,7 @@ func (d *txnDetail) print(w io.Writer) error {
 
 // outcomeText says how a transaction in phase p ended, or that it is
 // open; to is its target version.
-func outcomeText(p journal.Phase, to *string) string {
+func outcomeText(p journal.Phase, to *string, cmdline func(string) string) string {
 	switch p {
 	case journal.PhaseCommitted:
 		return "committed: the node state became " + orDash(to)
@@ -127,7 +127,7 @@ func outcomeText(p journal.Phase, to *string) string {
 	case journal.PhaseRollbackFailed:
 		return "rollback failed: it was left for an operator (docs/operations.md#rollback-failed-exit-4)"
 	}
-	return "open: `stratum-upgrade resume` continues it, `stratum-upgrade rollback` undoes it"
+	return "open: `" + cmdline("resume") + "` continues it, `" + cmdline("rollback") + "` undoes it"
 }
 
 // recordText says what a record means, for an operator.

@@ -22,6 +22,10 @@ func loadRelease(path string) (*engine.Release, []byte, error) {
 		return nil, nil, usagef("--to RELEASE is required: the release file to upgrade to")
 	}
 	rel, raw, err := engine.LoadRelease(path)
+	var ke *nodestate.KindError
+	if errors.As(err, &ke) {
+		return nil, nil, usagef("%w; --to takes a release (kind: %s)", err, engine.ReleaseKind)
+	}
 	if err != nil {
 		return nil, nil, usage(err)
 	}
@@ -116,7 +120,28 @@ type planChange struct {
 	Component string `json:"component"`
 	Path      string `json:"path"`
 	New       bool   `json:"new,omitempty"`
-	Diff      string `json:"diff"`
+	// EditedByHand: the manifest on disk is not the render of the node
+	// state (status shows "differs"); the upgrade puts the render back.
+	EditedByHand bool   `json:"editedByHand"`
+	Diff         string `json:"diff"`
+}
+
+// planHeader is the text plan prints above the diffs: what the upgrade
+// changes, and which manifests were edited by hand (they differ from the
+// render of the node state, as status's "differs") and are put back.
+func planHeader(plan *engine.Plan) []string {
+	from, to := plan.From.KubernetesVersion, plan.To.KubernetesVersion
+	released, edited := plan.Released(), plan.EditedByHand()
+	var out []string
+	if len(released) == 0 {
+		out = append(out, fmt.Sprintf("upgrade %s -> %s changes no component's render: the node already runs this release", from, to))
+	} else {
+		out = append(out, fmt.Sprintf("upgrade %s -> %s changes %d manifest(s): %s", from, to, len(released), list(released)))
+	}
+	if len(edited) > 0 {
+		out = append(out, fmt.Sprintf("edited by hand: %s (not the render of the node state: status shows \"differs\"); the upgrade writes the render back, undoing the edits the diffs below show", list(edited)))
+	}
+	return out
 }
 
 func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
@@ -166,14 +191,16 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 		// Unified diff with 3 lines of context, as diff -u: "--- from",
 		// "+++ to", hunks; a new manifest diffs from /dev/null.
 		d := udiff.Unified(from, path+"\t(release "+rel.KubernetesVersion+")", string(c.Before), string(c.After))
-		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, Diff: d})
+		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, Diff: d})
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
 	if g.json() {
 		return writeJSON(g.stdout, rep)
 	}
 	w := g.stdout
-	fmt.Fprintf(w, "upgrade %s -> %s changes %d manifest(s): %s\n", rep.From, rep.To, len(plan.Changes), list(plan.Changed()))
+	for _, l := range planHeader(plan) {
+		fmt.Fprintln(w, l)
+	}
 	if rep.EtcdBackup {
 		fmt.Fprintf(w, "etcd's image changes: run takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", g.dl.EtcdBackup)
 	}

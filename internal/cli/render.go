@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -62,6 +63,10 @@ func checkRenders(st *nodestate.NodeState) error {
 
 func (g *globals) runInit(stateFile string, force bool) error {
 	st, err := nodestate.Load(stateFile)
+	var ke *nodestate.KindError
+	if errors.As(err, &ke) {
+		return usagef("%w; --state takes a node state (kind: %s)", err, nodestate.Kind)
+	}
 	if err != nil {
 		return usage(err)
 	}
@@ -179,17 +184,27 @@ func (g *globals) printWrite(msg string, store *manifest.Store, res manifest.Wri
 	if len(res.Swept) > 0 {
 		fmt.Fprintf(w, "swept:        %s (staging leftovers)\n", list(res.Swept))
 	}
-	printStrays(w, res.Strays)
+	printStrays(w, store.Dir(), res.Strays)
 	return nil
 }
 
-func printStrays(w io.Writer, strays []string) {
+// printStrays prints the strays of manifest directory dir, each with what
+// kubelet does with it (manifest.StrayNote).
+func printStrays(w io.Writer, dir string, strays []string) {
 	if len(strays) == 0 {
 		fmt.Fprintln(w, "strays:       none")
 		return
 	}
 	fmt.Fprintf(w, "strays:       %s\n", list(strays))
-	fmt.Fprintln(w, "              not stratum manifests: kubelet runs each visible file that parses as a pod; remove the ones that should not run")
+	runs := false
+	for _, s := range strays {
+		note := manifest.StrayNote(dir, s)
+		runs = runs || strings.HasPrefix(note, "kubelet runs") || strings.HasPrefix(note, "a symbolic link:")
+		fmt.Fprintf(w, "              %s: %s\n", s, note)
+	}
+	if runs {
+		fmt.Fprintln(w, "              not stratum manifests, left alone: remove those that should not run")
+	}
 }
 
 func nonNil(s []string) []string {

@@ -135,13 +135,24 @@ writes the snapshot does not.
 					return e.RollbackLast(ctx)
 				})
 			}
-			err := g.drive("rollback", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
+			ok, err := g.journalExists()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return g.noJournal()
+			}
+			err = g.drive("rollback", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
 				open, err := j.OpenTxn()
 				if err != nil {
 					return engine.Result{}, err
 				}
 				if open == nil {
-					return engine.Result{}, errors.New("no open transaction to roll back; `stratum-upgrade rollback --last` rolls back the last committed upgrade")
+					return engine.Result{}, g.noOpenTxn()
+				}
+				if open.Phase == journal.PhaseRollingBack && cmd.Flags().Changed("reason") && reason != open.Reason {
+					// The journal keeps the reason the rollback began with.
+					fmt.Fprintf(g.stderr, "stratum-upgrade: warning: --reason is not recorded: transaction %s is already rolling back, for: %s\n", open.ID, open.Reason)
 				}
 				return e.Rollback(ctx, reason)
 			})
@@ -155,6 +166,12 @@ writes the snapshot does not.
 	cmd.Flags().BoolVar(&last, "last", false, "roll back the last committed upgrade from its retained snapshot")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
 	return cmd
+}
+
+// noOpenTxn is rollback's error with no transaction open (exit 1): it
+// names the journal looked at, and --last for an upgrade that committed.
+func (g *globals) noOpenTxn() error {
+	return fmt.Errorf("no open transaction to roll back in journal %s; to undo the last committed upgrade, run `%s`", g.journalPath(), g.cmdline("rollback --last"))
 }
 
 // nothing reports that a command had nothing to do (exit 0).
@@ -198,8 +215,12 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		return g.nothing(command, msg)
 	}
 	outcome := outcomeOf(res, err)
+	if res.Outcome == "" {
+		// Interrupted, or an error: the result always says how it ended.
+		res.Outcome = engine.Outcome(outcome)
+	}
 	if rep.last != nil {
-		rep.writeProgress(nil, outcome, errString(err))
+		rep.writeProgress(nil, outcome, g.errString(err))
 	}
 	if res.Txn != "" && g.metricsFile != "" {
 		if merr := g.writeMetrics(command, j, res, outcome); merr != nil {
@@ -208,7 +229,7 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		}
 	}
 	rep.result(res, outcome, err)
-	return err
+	return rep.shown(err)
 }
 
 // outcomeOf names how a driven transaction ended, for the result line, the
@@ -226,7 +247,7 @@ func outcomeOf(res engine.Result, err error) string {
 	return "error"
 }
 
-func errString(err error) string { return withAdvice(err) }
+func (g *globals) errString(err error) string { return g.withAdvice(err) }
 
 func (g *globals) writeMetrics(command string, j *journal.Journal, res engine.Result, outcome string) error {
 	u := metrics.Upgrade{Command: command, Txn: res.Txn, Result: outcome, Duration: res.Elapsed, Finished: time.Now()}
@@ -249,6 +270,11 @@ type finalLine struct {
 }
 
 // reporter prints engine events and results and keeps the progress file.
+//
+// In text a failure's reason is printed once, where it happens (the
+// "rolling back: REASON" line, or the rollback's own failure); the lines
+// after it, the summary and the error on stderr refer to it. JSON events
+// and the JSON result keep the full reason in their fields.
 type reporter struct {
 	g       *globals
 	command string
@@ -256,6 +282,10 @@ type reporter struct {
 	pid     int
 	txn     string
 	last    *engine.Event
+	// reason is the failure this run printed in its "rolling back" line.
+	reason string
+	// printed: the outcome's reason is on a line above.
+	printed bool
 }
 
 // event is the engine's Events callback.
@@ -273,8 +303,23 @@ func (r *reporter) event(ev engine.Event) {
 // replace etcd (at most 3m0s)".
 func (r *reporter) line(ev engine.Event) string {
 	msg := ev.Message
-	if ev.Step == "wait-active" && ev.Waiting != "" {
-		msg = "waiting for " + ev.Waiting
+	switch ev.Step {
+	case "wait-active":
+		if ev.Waiting != "" {
+			msg = "waiting for " + ev.Waiting
+		}
+	case "rollback":
+		r.reason = strings.TrimPrefix(ev.Message, "rolling back: ")
+	case "rolled-back":
+		if r.reason != "" && ev.Message == "rolled back: "+r.reason {
+			msg = "rolled back (reason above)"
+		}
+		r.printed = true
+	case "rollback-failed":
+		if rest, ok := strings.CutPrefix(ev.Message, r.reason+"; then the rollback failed: "); ok && r.reason != "" {
+			msg = "the rollback failed too: " + rest
+		}
+		r.printed = true
 	}
 	if d, ok := r.deadline(ev.Step); ok {
 		msg += fmt.Sprintf(" (at most %s)", d)
@@ -308,7 +353,7 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 		code = ExitOK
 	}
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: errString(err)})
+		_ = writeJSON(r.g.stdout, finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: r.g.errString(err)})
 		return
 	}
 	elapsed := fmt.Sprintf("%.1fs", time.Since(r.start).Seconds())
@@ -317,23 +362,57 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 	case "committed":
 		line = fmt.Sprintf("committed %s in %s: %s", res.Txn, elapsed, list(res.Changed))
 	case "rolled-back":
-		line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before; reason: %s", res.Txn, elapsed, res.Reason)
+		line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before (reason above)", res.Txn, elapsed)
+		if !r.printed {
+			line = fmt.Sprintf("rolled back %s after %s: the node runs what it ran before; reason: %s", res.Txn, elapsed, res.Reason)
+		}
 	case "rollback-failed":
-		line = fmt.Sprintf("ROLLBACK FAILED %s after %s: the node needs an operator; the reason is above and in `stratum-upgrade history %s`, each component's state in `stratum-upgrade status` (docs/operations.md)", res.Txn, elapsed, res.Txn)
+		line = fmt.Sprintf("ROLLBACK FAILED %s after %s: the node needs an operator; the reasons are above and in `%s`, each component's state in `%s` (docs/operations.md)", res.Txn, elapsed, r.g.cmdline("history "+res.Txn), r.g.cmdline("status"))
 	case "interrupted":
 		txn := res.Txn
 		if txn == "" {
 			txn = r.txn
 		}
-		line = fmt.Sprintf("interrupted after %s: transaction %s is still open; `stratum-upgrade resume` continues it", elapsed, txn)
+		line = fmt.Sprintf("interrupted after %s: transaction %s is still open; `%s` continues it", elapsed, txn, r.g.cmdline("resume"))
 	default:
 		if res.Txn == "" && r.txn == "" {
 			return // failed before a transaction began: the error says it all
 		}
-		line = fmt.Sprintf("failed after %s: %s", elapsed, strings.TrimSpace(errString(err)))
+		txn := res.Txn
+		if txn == "" {
+			txn = r.txn
+		}
+		line = fmt.Sprintf("failed after %s in transaction %s (the error follows on stderr)", elapsed, txn)
 	}
 	fmt.Fprintln(r.g.stdout, line)
 }
+
+// shown is the error the command returns, to be printed on stderr: in
+// text, an upgrade that rolled back or a rollback that failed printed its
+// reasons above, so the error refers to them instead of repeating them.
+// It wraps err: the exit code and the advice are err's.
+func (r *reporter) shown(err error) error {
+	if r.g.json() || !r.printed {
+		return err
+	}
+	switch {
+	case errors.Is(err, engine.ErrRollbackFailed):
+		return &referError{"rollback failed (the reasons are above)", err}
+	case errors.Is(err, engine.ErrRolledBack):
+		return &referError{"upgrade rolled back (reason above)", err}
+	}
+	return err
+}
+
+// referError is an error whose reason was printed already: its message
+// refers to it; it wraps the error itself.
+type referError struct {
+	msg string
+	err error
+}
+
+func (e *referError) Error() string { return e.msg }
+func (e *referError) Unwrap() error { return e.err }
 
 // prepare is resume --prepare: the wait-free boot step before kubelet.
 func (g *globals) prepare() error {
@@ -352,7 +431,7 @@ func (g *globals) prepare() error {
 		if open != nil {
 			return err
 		}
-		lines = append(lines, fmt.Sprintf("manifest dir: %v", err))
+		lines = append(lines, err.Error()) // it names the manifest dir
 	} else {
 		sw, err := store.Sweep()
 		if err != nil {
@@ -360,6 +439,9 @@ func (g *globals) prepare() error {
 		}
 		out["swept"], out["strays"] = nonNil(sw.Swept), nonNil(sw.Strays)
 		lines = append(lines, "swept:        "+list(sw.Swept), "strays:       "+list(sw.Strays))
+		for _, st := range sw.Strays {
+			lines = append(lines, fmt.Sprintf("              %s: %s", st, store.StrayNote(st)))
+		}
 	}
 	if open == nil {
 		lines = append([]string{"no open transaction: nothing to resume"}, lines...)
@@ -369,7 +451,7 @@ func (g *globals) prepare() error {
 			return err
 		}
 		out["openTransaction"] = info
-		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `stratum-upgrade resume` continues it once kubelet runs", open.ID, open.Kind, open.Phase)}, lines...)
+		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `%s` continues it once kubelet runs", open.ID, open.Kind, open.Phase, g.cmdline("resume"))}, lines...)
 	}
 	if g.json() {
 		return writeJSON(g.stdout, out)

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +40,7 @@ journal, status says so and shows that command's last progress event from
 			if g.json() {
 				return writeJSON(g.stdout, rep)
 			}
-			rep.print(g.stdout)
+			rep.print(g.stdout, g.cmdline)
 			return nil
 		}),
 	}
@@ -230,16 +229,7 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 // matchesRender reports whether b is the render of name from st, with the
 // restarted-at stamp b carries.
 func matchesRender(st *nodestate.NodeState, name string, b []byte) bool {
-	pod, err := manifest.DecodePod(b)
-	if err != nil {
-		return false
-	}
-	prof, err := manifest.LoadProfile(st)
-	if err != nil {
-		return false
-	}
-	want, err := manifest.RenderBytes(st, prof, name, manifest.RestartedAt(pod))
-	return err == nil && bytes.Equal(want, b)
+	return manifest.MatchesRender(st, name, b)
 }
 
 func yesNo(b bool) string {
@@ -249,11 +239,11 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func (rep *statusReport) print(w io.Writer) {
+func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 	fmt.Fprintf(w, "journal:      %s\n", rep.Journal)
 	switch {
 	case rep.NoJournal:
-		fmt.Fprintln(w, "              does not exist: nothing was imported on this node (`stratum-upgrade init --state FILE`)")
+		fmt.Fprintf(w, "              does not exist: nothing was imported on this node (`%s`)\n", cmdline("init --state FILE"))
 	case rep.Locked:
 		p := rep.Progress
 		if p == nil || p.Finished || !rep.ProgressAlive {
@@ -299,7 +289,7 @@ func (rep *statusReport) print(w io.Writer) {
 		if t.Reason != nil {
 			fmt.Fprintf(w, "              reason: %s\n", *t.Reason)
 		}
-		fmt.Fprintln(w, "              `stratum-upgrade resume` continues it; `stratum-upgrade rollback` undoes it")
+		fmt.Fprintf(w, "              `%s` continues it; `%s` undoes it\n", cmdline("resume"), cmdline("rollback"))
 	} else if !rep.NoJournal && !rep.Locked {
 		if t := rep.Last; t != nil {
 			fmt.Fprintf(w, "transaction:  none open; last %s %s %s, ended %s\n", t.ID, t.Kind, t.Phase, t.Ended.Format(time.RFC3339))
@@ -334,7 +324,7 @@ func (rep *statusReport) print(w io.Writer) {
 		}
 		tw.Flush()
 	}
-	printStrays(w, rep.Strays)
+	printStrays(w, rep.ManifestDir, rep.Strays)
 	for _, s := range rep.Strays {
 		if leftover, _ := manifest.IsStagingLeftover(s); leftover {
 			fmt.Fprintf(w, "              %s is a staging leftover: the next render or write sweeps it\n", s)

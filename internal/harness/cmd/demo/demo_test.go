@@ -169,7 +169,7 @@ func TestDemo(t *testing.T) {
 		"committed: node state is now v1.34.5",
 		"# etcd now serves 3.6.",
 		`demo/written-by still reads "etcd 3.5.`,
-		"rolling back: kube-scheduler: waiting for kube-scheduler to answer",
+		"rolling back: kube-scheduler did not answer healthy on https://",
 		"rolled back ",
 		"[exit 3, as expected]",
 		"upgrade rolled-back",

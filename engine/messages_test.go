@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
+)
+
+// TestDescribeActive: the wait-active event says what it waits for; kube-vip
+// has no health endpoint, so it waits for kube-vip to run.
+func TestDescribeActive(t *testing.T) {
+	st, err := nodestate.Load("../testdata/states/default-vip.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip, err := manifest.Target(st, nodestate.KubeVIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := describeActive(vip); got != "kube-vip to run" {
+		t.Errorf("kube-vip: %q, want %q", got, "kube-vip to run")
+	}
+	tg := proc.Target{Name: "etcd", Health: "http://127.0.0.1:2381/health"}
+	if got, want := describeActive(tg), "etcd to answer http://127.0.0.1:2381/health"; got != want {
+		t.Errorf("etcd: %q, want %q", got, want)
+	}
+}
+
+// TestWriteMessage: a step's write event says what happened to the file.
+func TestWriteMessage(t *testing.T) {
+	for _, c := range []struct {
+		p     journal.Phase
+		wrote bool
+		want  string
+	}{
+		{journal.PhaseApplying, true, "wrote etcd manifest"},
+		{journal.PhaseApplying, false, "manifest already written (before an interruption)"},
+		{journal.PhaseRollingBack, true, "wrote etcd manifest"},
+		{journal.PhaseRollingBack, false, "manifest restored from the snapshot (no write needed)"},
+	} {
+		if got := writeMessage(c.p, "etcd", c.wrote); got != c.want {
+			t.Errorf("writeMessage(%s, %v) = %q, want %q", c.p, c.wrote, got, c.want)
+		}
+	}
+}
