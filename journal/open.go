@@ -77,16 +77,16 @@ func Open(path string, opt Options) (*Journal, error) {
 	case err == nil && !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("journal %s %w: it is %s; move it aside or use another state directory", path, durable.ErrNotRegular, fileType(fi.Mode()))
 	case errors.Is(err, syscall.ENOTDIR):
-		return nil, &osError{fmt.Sprintf("journal %s: %s", path, osReason(filepath.Dir(path), err)), err}
+		return nil, &osError{fmt.Sprintf("journal %s: %s", path, durable.Reason(filepath.Dir(path), err)), err}
 	case errors.Is(err, fs.ErrNotExist) && opt.ReadOnly:
 		return nil, fmt.Errorf("journal %s does not exist: nothing has been imported or upgraded on this node yet", path)
 	case errors.Is(err, fs.ErrNotExist):
 		if err := durable.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, &osError{fmt.Sprintf("journal %s: cannot create its directory: %s", path, osReason(filepath.Dir(path), err)), err}
+			return nil, &osError{fmt.Sprintf("journal %s: cannot create its directory: %s", path, durable.Reason(filepath.Dir(path), err)), err}
 		}
 		created = true
 	case err != nil:
-		return nil, &osError{fmt.Sprintf("journal %s: %s", path, osReason(path, err)), err}
+		return nil, &osError{fmt.Sprintf("journal %s: %s", path, durable.Reason(path, err)), err}
 	}
 
 	db, err := openBolt(path, opt)
@@ -105,7 +105,7 @@ func Open(path string, opt Options) (*Journal, error) {
 		if opt.ReadOnly {
 			how = "for reading"
 		}
-		return nil, &osError{fmt.Sprintf("journal %s: cannot open it %s: %s", path, how, osReason(path, err)), err}
+		return nil, &osError{fmt.Sprintf("journal %s: cannot open it %s: %s", path, how, durable.Reason(path, err)), err}
 	}
 	if created {
 		// bbolt fsyncs the file, not the directory entry that names it.
@@ -142,26 +142,6 @@ type osError struct {
 
 func (e *osError) Error() string { return e.msg }
 func (e *osError) Unwrap() error { return e.err }
-
-// osReason is what is wrong, without Go's "op path:" prefixes: the errno's
-// text, and for ENOTDIR which part of path is not a directory.
-func osReason(path string, err error) string {
-	if errors.Is(err, syscall.ENOTDIR) {
-		for p := filepath.Clean(path); ; p = filepath.Dir(p) {
-			if fi, serr := os.Lstat(p); serr == nil && !fi.IsDir() {
-				return fmt.Sprintf("%s is a file, not a directory", p)
-			}
-			if filepath.Dir(p) == p {
-				break
-			}
-		}
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno.Error()
-	}
-	return err.Error()
-}
 
 // fileType names the type of a file that is not a regular one.
 func fileType(m fs.FileMode) string {

@@ -213,7 +213,7 @@ func StrayNote(dir, stray string) string {
 	case err != nil && lfi.Mode()&fs.ModeSymlink != 0:
 		return "ignored by kubelet: a symbolic link to nothing"
 	case err != nil:
-		return "unreadable: " + osReason(p, err)
+		return "unreadable: " + durable.Reason(p, err)
 	case fi.IsDir():
 		return "ignored by kubelet: a directory (kubelet does not look inside)"
 	case !fi.Mode().IsRegular():
