@@ -105,7 +105,7 @@ func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *ver
 		return fail("etcd's health cannot be checked here (no process scanner): the release changes etcd, which is upgraded only while it answers")
 	}
 	if !p.procs.Active(ctx, t) {
-		return fail("etcd does not answer %s: the release changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log; `stratum-upgrade status`), then run the same release again", t.Health)
+		return fail("etcd does not answer %s: the release changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then run the same release again", t.Health)
 	}
 	return nil
 }

@@ -163,7 +163,7 @@ func etcdPath(fv, tv *version.Version, add addFunc) {
 func kubernetesPath(c string, fv, tv *version.Version, add addFunc) {
 	switch {
 	case tv.LessThan(fv):
-		add(CheckKubernetesDowngrade, c, "%s %s -> %s is a downgrade: run only upgrades; `stratum-upgrade rollback --last` puts back the release before the last committed upgrade; otherwise use a release with %s %s or later", c, kv(fv), kv(tv), c, kv(fv))
+		add(CheckKubernetesDowngrade, c, "%s %s -> %s is a downgrade: run only upgrades (a rollback --last puts back the release before the last committed upgrade); otherwise use a release with %s %s or later", c, kv(fv), kv(tv), c, kv(fv))
 	case tv.Major() != fv.Major() || tv.Minor() > fv.Minor()+1:
 		add(CheckKubernetesMinorSkip, c, "%s %s -> %s skips %s: Kubernetes upgrades one minor at a time; upgrade to a release with %s %s.x first", c, kv(fv), kv(tv), skipped(fv, tv), c, nextMinor(fv))
 	}

@@ -87,7 +87,7 @@ func TestUpgradePath(t *testing.T) {
 		// No Kubernetes downgrade, minor or patch; rollback is named.
 		{name: "kubernetes minor downgrade", from: k("3.6.16", "v1.37.2"), to: k("3.6.16", "v1.36.3"),
 			want: []string{"KubernetesDowngrade kube-apiserver", "KubernetesDowngrade kube-controller-manager", "KubernetesDowngrade kube-scheduler"},
-			msg:  []string{"is a downgrade", "rollback --last", "v1.37.2 or later"}},
+			msg:  []string{"is a downgrade", "a rollback --last puts back", "v1.37.2 or later"}},
 		{name: "kubernetes patch downgrade of one", from: k("3.6.16", "v1.36.3"), to: node("3.6.16", "v1.36.3", "v1.36.3", "v1.36.2"),
 			want: []string{"KubernetesDowngrade kube-scheduler"}, msg: []string{"kube-scheduler v1.36.3 -> v1.36.2"}},
 

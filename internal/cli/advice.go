@@ -6,6 +6,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // advice is what the operator should do about err, as the CLI says it:
@@ -49,7 +50,7 @@ func (g *globals) advice(err error) string {
 	case errors.Is(err, engine.ErrUnrestorable):
 		return fmt.Sprintf("; run `%s` to rewrite it from the node state, then try again", g.cmdline("render"))
 	case errors.Is(err, engine.ErrPreflight):
-		return "\nEach check says which release would be valid: upgrade through it first. To go ahead anyway, let a check through with --ignore-preflight-errors=NAME[,NAME...] (or all); the journal records it with the transaction"
+		return g.preflightAdvice(err)
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
 		return "; a larger etcd needs a longer --etcd-backup-timeout"
 	}
@@ -68,3 +69,30 @@ func (g *globals) withAdvice(err error) string {
 // commands for the default directories. Deprecated: use g.withAdvice,
 // which names the directories in use.
 func withAdvice(err error) string { return (&globals{}).withAdvice(err) }
+
+// preflightAdvice is what to do about a pre-flight refusal: upgrade through
+// the release each check names, or let a check through; and the commands
+// some checks call for, with the directories in use.
+func (g *globals) preflightAdvice(err error) string {
+	adv := "\nEach check says which release would be valid: upgrade through it first. To go ahead anyway, let a check through with --ignore-preflight-errors=NAME[,NAME...] (or all); the journal records it with the transaction"
+	var pe *engine.PreflightError
+	if !errors.As(err, &pe) {
+		return adv
+	}
+	var downgrade, health bool
+	for _, f := range pe.Failed {
+		switch f.Check {
+		case versions.CheckKubernetesDowngrade, versions.CheckEtcdDowngrade:
+			downgrade = true
+		case engine.CheckEtcdHealth:
+			health = true
+		}
+	}
+	if downgrade {
+		adv += fmt.Sprintf("\nTo go back to the release before the last committed upgrade, run `%s`", g.cmdline("rollback --last"))
+	}
+	if health {
+		adv += fmt.Sprintf("\n`%s` shows etcd's processes and whether it answers", g.cmdline("status"))
+	}
+	return adv
+}
