@@ -13,20 +13,7 @@ import (
 // the table is one of them.
 func TestDocsTransactionFlags(t *testing.T) {
 	root := newRoot(&globals{})
-	text, _ := chapter(t, readDocSections(t, cliDoc), "Transaction flags")
-	rows := map[string][]string{}
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		for _, name := range docFlags(cells[0]) {
-			rows[name] = cells
-		}
-	}
+	_, rows := flagRows(t, "Transaction flags")
 	for _, name := range txnFlags {
 		var takers []string
 		for _, c := range commands(root) {

@@ -176,20 +176,7 @@ func TestDocsCommands(t *testing.T) {
 // section names exists. A hidden flag may be described in the text instead.
 func TestDocsGlobalFlags(t *testing.T) {
 	root := newRoot(&globals{})
-	text, _ := chapter(t, readDocSections(t, cliDoc), "Global flags")
-	rows := map[string][]string{} // flag name -> the cells of its row
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		for i := range cells {
-			cells[i] = strings.TrimSpace(cells[i])
-		}
-		for _, name := range docFlags(cells[0]) {
-			rows[name] = cells
-		}
-	}
+	text, rows := flagRows(t, "Global flags")
 	eachFlag(root.LocalFlags(), func(f *pflag.Flag) {
 		cells, ok := rows[f.Name]
 		switch {
@@ -353,4 +340,25 @@ func TestDocsOneExitCodeTable(t *testing.T) {
 			t.Errorf("%s has an exit-code table; link to docs/cli.md#exit-codes instead", page)
 		}
 	}
+}
+
+// flagRows is the text of docs/cli.md's section heading and its flag
+// table: each flag its first cell names -> the trimmed cells of its row.
+func flagRows(t *testing.T, heading string) (string, map[string][]string) {
+	t.Helper()
+	text, _ := chapter(t, readDocSections(t, cliDoc), heading)
+	rows := map[string][]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		for _, name := range docFlags(cells[0]) {
+			rows[name] = cells
+		}
+	}
+	return text, rows
 }
