@@ -28,6 +28,8 @@ type Scanner struct {
 	// bootIDOverride, when set by WithBootID, replaces the boot id read
 	// from root.
 	bootIDOverride string
+	// cgroupRoot, when set by WithCgroupRoot, replaces DefaultCgroupRoot.
+	cgroupRoot string
 }
 
 // WithBootID returns a copy of s that reports id as the current boot id
