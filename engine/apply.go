@@ -95,7 +95,14 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		if m, err = e.remark(ctx, r, p, st, comp, m, stamp); err != nil {
 			return err
 		}
+	} else if r.writes(comp) {
+		// The mark was journaled before the removal: from here until the
+		// write no process of comp runs, so m stands (stop.go).
+		if err := e.stopForWrite(ctx, r, p, st, []string{comp}); err != nil {
+			return err
+		}
 	}
+	e.hit(at(fault.AfterStop, comp))
 	if err := e.procs.PastMark(ctx, m); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
@@ -132,14 +139,16 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 
 // remark returns the mark a step resumed from the journal waits with. The
 // journaled mark m stands when comp's manifest already holds the step's
-// target: the write happened before the crash, and kubelet started (or
-// will start) the component from it after m -- in this boot, or in a later
-// one, where every process counts as after m. Otherwise the write never
-// happened, a power cut undid it, or the file was edited since; whatever
-// runs now runs other bytes and may have started after m (kubelet
+// target: the write happened before the interruption, and kubelet started
+// (or will start) the component from it after m -- in this boot, or in a
+// later one, where every process counts as after m. Otherwise the write
+// never happened, a power cut undid it, or the file was edited since;
+// whatever runs now runs other bytes and may have started after m (kubelet
 // restarted it after a reboot, a liveness kill or an OOM kill) and would
-// pass for the replacement. Then kubelet is let settle and a fresh mark is
-// journaled.
+// pass for the replacement. Then comp is stopped as a fresh step stops it
+// (its manifest removed, if the interrupted run had not yet removed it;
+// its processes waited out; the name released) and a fresh mark, with the
+// same stamp, is journaled.
 func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodestate.NodeState, comp string, m proc.Mark, stamp string) (proc.Mark, error) {
 	on, err := e.targetOnDisk(r, p, comp, stamp)
 	if err != nil {
@@ -148,10 +157,11 @@ func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodest
 	if on {
 		return m, nil
 	}
-	// kubelet may still be starting a pod from the bytes on disk: a process
-	// it starts between the new mark and the write would pass for the
-	// replacement.
-	e.settle(ctx, st, comp)
+	if p == journal.PhaseRollingBack || r.writes(comp) {
+		if err := e.stopForWrite(ctx, r, p, st, []string{comp}); err != nil {
+			return m, err
+		}
+	}
 	fresh, err := e.procs.Mark()
 	if err != nil {
 		return m, fmt.Errorf("%s: %w", comp, err)
@@ -160,6 +170,13 @@ func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodest
 		return m, err
 	}
 	return fresh, nil
+}
+
+// writes reports whether comp's step in an upgrade (or a rollback-last)
+// writes a manifest: false when its target is no manifest at all.
+func (r *run) writes(comp string) bool {
+	tg, ok := r.txn.Target(comp)
+	return !ok || len(tg.Manifest) > 0
 }
 
 // waitFailed is the error of comp's failed wait as the operator reads it. A
@@ -270,22 +287,6 @@ func (r *run) restored(comp, stamp string) ([]byte, fs.FileMode, error) {
 		return out, en.Mode.Perm(), nil
 	}
 	return nil, 0, fmt.Errorf("snapshot %s holds no manifest of %s", r.snap.Dir, comp)
-}
-
-// settle waits, bounded by the active deadline, until the process kubelet
-// runs for comp from the manifest now on disk answers. It is called before a
-// fresh mark is taken for a write that did not happen before a reboot: a
-// mark only tells kubelet's processes apart by start time, so kubelet must
-// not be starting one from the old manifest while the mark is taken. A
-// component that does not come up is logged and the step goes on.
-func (e *Engine) settle(ctx context.Context, st *nodestate.NodeState, comp string) {
-	t, err := manifest.Target(st, comp)
-	if err != nil {
-		return
-	}
-	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
-		e.log.Warn("component did not come up on its old manifest after the reboot; writing the new one anyway", "component", comp, "err", err)
-	}
 }
 
 // targetOnDisk reports whether comp's manifest on disk already holds what

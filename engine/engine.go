@@ -15,6 +15,7 @@ package engine
 import (
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/fault"
@@ -43,6 +44,12 @@ type Deadlines struct {
 	Soak time.Duration
 	// EtcdBackup bounds the etcd snapshot before the upgrade.
 	EtcdBackup time.Duration
+	// Release is how long a stopped component's pod is given, after its
+	// last process exited, for kubelet to release the pod's name before
+	// the new manifest is written, where kubelet's pod cgroups cannot be
+	// watched (stop.go). Too short costs kubelet's 10-15 s hold of the new
+	// pod, never correctness; too long is downtime.
+	Release time.Duration
 }
 
 // DefaultDeadlines are the deadlines used where Config leaves one zero.
@@ -52,6 +59,7 @@ var DefaultDeadlines = Deadlines{
 	Stop:       90 * time.Second,
 	Soak:       10 * time.Second,
 	EtcdBackup: 2 * time.Minute,
+	Release:    2500 * time.Millisecond,
 }
 
 func (d Deadlines) withDefaults() Deadlines {
@@ -67,6 +75,7 @@ func (d Deadlines) withDefaults() Deadlines {
 		Stop:       pick(d.Stop, DefaultDeadlines.Stop),
 		Soak:       pick(d.Soak, DefaultDeadlines.Soak),
 		EtcdBackup: pick(d.EtcdBackup, DefaultDeadlines.EtcdBackup),
+		Release:    pick(d.Release, DefaultDeadlines.Release),
 	}
 }
 
@@ -101,6 +110,8 @@ type Engine struct {
 	emit  func(Event)
 	// crash, when set (tests only), is called at every fault point.
 	crash func(fault.Point)
+	// noCgroupOnce says once that the pod cgroups cannot be watched.
+	noCgroupOnce sync.Once
 }
 
 // New returns an Engine for cfg.

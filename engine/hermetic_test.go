@@ -34,7 +34,7 @@ func stopAt(e *Engine, p fault.Point, fn func()) bool {
 // plan read; the next plan shows the edit as a kube-apiserver change.
 func TestResumeWritesPlannedBytes(t *testing.T) {
 	f := newFixture(t, testbed.Options{StateFile: "testdata/states/cis.yaml"})
-	dl := Deadlines{Replace: 20 * time.Second, Active: 10 * time.Second, Stop: 10 * time.Second, Soak: 500 * time.Millisecond}
+	dl := Deadlines{Replace: 20 * time.Second, Active: 10 * time.Second, Stop: 10 * time.Second, Soak: 500 * time.Millisecond, Release: 300 * time.Millisecond}
 	rel := release(f.node.State, false, "", standin.ModeHealthy)
 	ctx := context.Background()
 

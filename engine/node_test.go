@@ -36,7 +36,7 @@ type fixture struct {
 }
 
 // testDeadlines fit the test bed's scaled-down kubelet (100 ms start delay).
-var testDeadlines = Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 2 * time.Second, EtcdBackup: 20 * time.Second}
+var testDeadlines = Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 2 * time.Second, EtcdBackup: 20 * time.Second, Release: 300 * time.Millisecond}
 
 func newFixture(t *testing.T, opts testbed.Options) *fixture {
 	t.Helper()

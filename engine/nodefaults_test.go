@@ -220,9 +220,10 @@ func TestEtcdDataKeptWhenNoNewerEtcdRan(t *testing.T) {
 	n.k.Hold(etcdPath)
 	n.etcdNeverReplaced = true
 	n.onEvent = func(ev Event) {
-		if ev.Step == "stop" && ev.Component == nodestate.Etcd {
+		if ev.Step == "stop" && ev.Component == nodestate.Etcd && ev.Phase == string(journal.PhaseRollingBack) {
 			// kubelet acts on the rollback's removal of the manifest (the
-			// old etcd stops, on its own data) and on the restored bytes.
+			// old etcd stops, on its own data) and on the restored bytes;
+			// the upgrade's step found it never stopping.
 			n.k.Release(etcdPath)
 		}
 	}

@@ -291,7 +291,10 @@ func TestPowerCutCatchesWritesThatAreNotDurable(t *testing.T) {
 		t.Fatalf("Run: %+v %v", res, err)
 	}
 	bad := append(powerCut(fsys)(n), n.converged(Committed)...)
-	if !strings.Contains(strings.Join(bad, "\n"), "is not the render of the committed node state") {
+	// The lost write of a manifest removed first (remove-then-write) is
+	// a missing or empty file; of one written over, the old bytes.
+	found := strings.Join(bad, "\n")
+	if !strings.Contains(found, "is not the render of the committed node state") && !strings.Contains(found, "has no manifest") && !strings.Contains(found, "does not decode") {
 		t.Fatalf("the check missed the lost writes; it found:\n%s", strings.Join(bad, "\n"))
 	}
 }

@@ -133,7 +133,7 @@ func TestPreflightIgnoredJournaled(t *testing.T) {
 	})
 	var events []Event
 	e, err := New(Config{Journal: j, Store: store, Snapshots: filepath.Join(filepath.Dir(j.Path()), "snapshots"),
-		Deadlines: Deadlines{Replace: 200 * time.Millisecond, Active: 200 * time.Millisecond, Stop: 200 * time.Millisecond, Soak: 50 * time.Millisecond},
+		Deadlines: Deadlines{Replace: 200 * time.Millisecond, Active: 200 * time.Millisecond, Stop: 200 * time.Millisecond, Soak: 50 * time.Millisecond, Release: 300 * time.Millisecond},
 		Events:    func(ev Event) { events = append(events, ev) }})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ import (
 var realEtcd = map[string]string{"v1.36.3": "registry.k8s.io/etcd:3.6.16-0", "v1.37.2": "registry.k8s.io/etcd:3.7.3-0"}
 
 // realDeadlines leave the real apiserver its start (several seconds).
-var realDeadlines = Deadlines{Replace: 60 * time.Second, Active: 90 * time.Second, Stop: 30 * time.Second, Soak: 3 * time.Second, EtcdBackup: 30 * time.Second}
+var realDeadlines = Deadlines{Replace: 60 * time.Second, Active: 90 * time.Second, Stop: 30 * time.Second, Soak: 3 * time.Second, EtcdBackup: 30 * time.Second, Release: 300 * time.Millisecond}
 
 // needReal skips t unless every Kubernetes version of versions is built or
 // STRATUM_REAL is set.

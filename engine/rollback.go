@@ -192,16 +192,17 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 // and every process started from that write counts as after its mark. It
 // returns the latest mark, which the restore waits past.
 //
-// Before a component is marked, its manifest is removed and its processes
-// are waited out (Store.Stop). A process started after a mark must be one
+// Before the components are marked, they are stopped (stopForWrite: every
+// manifest removed, the processes waited out, the pods' names released by
+// kubelet, none started again). A process started after a mark must be one
 // kubelet started from the restored bytes, and a pod of the manifest being
 // replaced could otherwise start one too: a crash-looping component that
 // kubelet restarts after the mark but before it sees the restored manifest
 // (its relist comes first), or a reboot or liveness restart after a mark
 // journaled by an earlier run. Once the manifest is gone kubelet only
-// terminates that pod. The control plane is down during a rollback anyway:
-// kubelet kills each old pod as soon as its manifest changes, and the new
-// one waits for the old one's name to be released either way.
+// terminates that pod. And a restored pod written after kubelet released
+// its name starts at once, where one written over a running pod is held
+// 10-15 s.
 //
 // A mark journaled by an earlier run stands when the restore is journaled,
 // or when the component's manifest already holds the stamped snapshot
@@ -237,13 +238,7 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 	if len(fresh) == 0 {
 		return last, nil
 	}
-	for _, comp := range fresh {
-		e.event(r.txn.ID, r.txn.Phase, "stop", comp, comp+" to exit", "stopping "+comp+" before its manifest is restored")
-		if err := e.store.Stop(ctx, r.from, comp, e.dl.Stop); err != nil {
-			return last, err
-		}
-	}
-	if err := e.quiet(ctx, r, fresh); err != nil {
+	if err := e.stopForWrite(ctx, r, journal.PhaseRollingBack, r.from, fresh); err != nil {
 		return last, err
 	}
 	var marks []journal.Record
@@ -256,43 +251,6 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 		marks = append(marks, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepMark, Component: comp, ProcMark: &m, Stamp: stamps[comp]})
 	}
 	return last, e.append(r, journal.PhaseRollingBack, marks...)
-}
-
-// quietTicks is how long the stopped components must stay stopped before
-// the rollback marks and restores them: 2.5 s. It serves two ends. A
-// container start kubelet issued before it saw the removal (a crash-loop
-// restart) may still complete after the process was seen gone; kubelet
-// kills it once it has (a pod being terminated is never synced again:
-// pod_workers.go), and a second WaitGone waits for that. And kubelet
-// releases a static pod's name only once its pod worker has finished
-// (completeTerminated: a container-state refresh, the volume unmounts, the
-// pod cgroup's removal), 0.3-2 s after the last process exits; a pod of
-// that name written earlier is held 10-15 s (allowPodStart), one written
-// after starts at once. A guess that comes too early costs that hold,
-// never correctness (docs/performance.md).
-const quietTicks = 250
-
-// quiet lets the clock pass quietTicks after the stops, then waits again
-// until no process of comps runs.
-func (e *Engine) quiet(ctx context.Context, r *run, comps []string) error {
-	q, err := e.procs.Mark()
-	if err != nil {
-		return err
-	}
-	q.Ticks += quietTicks
-	if err := e.procs.PastMark(ctx, q); err != nil {
-		return err
-	}
-	for _, comp := range comps {
-		t, err := manifest.Target(r.from, comp)
-		if err != nil {
-			return err
-		}
-		if err := e.procs.WaitGone(ctx, t, e.dl.Stop); err != nil {
-			return fmt.Errorf("%s, stopped for the rollback, was started again: %w", comp, err)
-		}
-	}
-	return nil
 }
 
 // restoreSnapshot writes the snapshot back, each restarted manifest with

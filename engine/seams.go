@@ -50,6 +50,10 @@ type Processes interface {
 	// are those that did. An error means the answer is unknown.
 	Replaced(t proc.Target, m proc.Mark) (done bool, stale []proc.Process, err error)
 	WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error
+	// PodCgroups is the pod cgroup directories of ps (none when they
+	// cannot be seen); WaitCgroupsGone waits until they are gone.
+	PodCgroups(ps []proc.Process) ([]string, error)
+	WaitCgroupsGone(ctx context.Context, dirs []string, timeout time.Duration) error
 }
 
 // EtcdData backs up and restores the local etcd member's data. The default

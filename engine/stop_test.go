@@ -2,12 +2,13 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletmodel"
+	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -16,8 +17,8 @@ import (
 // lateStart is the model kubelet, plus one process of binary that a start
 // kubelet issued before it saw the rollback's removal brings up after the
 // rollback saw the component gone: it appears at the first mark taken
-// once armed is set and runs for half the quiet period (quietTicks), until kubelet
-// kills it.
+// once armed is set and runs for half the release delay
+// (DefaultDeadlines.Release), until kubelet kills it.
 type lateStart struct {
 	*kubeletmodel.Kubelet
 	binary string
@@ -30,7 +31,7 @@ func (l *lateStart) Mark() (proc.Mark, error) {
 	m, err := l.Kubelet.Mark()
 	if err == nil && l.armed && l.ghost == nil {
 		l.ghost = &proc.Process{PID: 99999, StartTicks: m.Ticks + 1}
-		l.until = m.Ticks + quietTicks/2
+		l.until = m.Ticks + ticks(DefaultDeadlines.Release)/2
 	}
 	return m, err
 }
@@ -59,38 +60,58 @@ func (l *lateStart) WaitGone(ctx context.Context, t proc.Target, d time.Duration
 	return l.Kubelet.WaitGone(ctx, t, d)
 }
 
-// TestRollbackWaitsOutLateStarts: the rollback marks a component only once
-// it has stayed stopped for the quiet period. A process of the upgrade's
-// pod that comes up after the stop (kubelet issued its start before it saw
-// the removal) and is killed within that period is gone when the rollback
-// marks and restores, so it cannot pass for the restored pod's process.
-func TestRollbackWaitsOutLateStarts(t *testing.T) {
-	n := newMemNode(t)
-	n.before = n.manifests()
-	tgt, err := manifest.Target(n.st, nodestate.Scheduler)
-	if err != nil {
-		t.Fatal(err)
+// TestStepWaitsOutLateStarts: a component is written only once it has
+// stayed stopped for the release delay, in an upgrade's step and in a
+// rollback. A process of the pod being replaced that comes up after the
+// stop (kubelet issued its start before it saw the removal) and is killed
+// within that period is gone when the new manifest is written, so it cannot
+// pass for the new pod's process.
+func TestStepWaitsOutLateStarts(t *testing.T) {
+	for _, tc := range []struct {
+		name, phase string
+		mode        standin.Mode
+		want        Outcome
+	}{
+		{"upgrade step", "applying", standin.ModeHealthy, Committed},
+		{"rollback", "rolling-back", standin.ModeNeverListen, RolledBack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newMemNode(t)
+			n.before = n.manifests()
+			tgt, err := manifest.Target(n.st, nodestate.Scheduler)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &lateStart{Kubelet: n.k, binary: tgt.Binary}
+			n.procs = l
+			var atWrite []proc.Process
+			wrote := false
+			n.onEvent = func(ev Event) {
+				if ev.Phase != tc.phase || wrote {
+					return
+				}
+				switch {
+				case ev.Step == "stop" && ev.Component == nodestate.Scheduler:
+					l.armed = true
+				case l.armed && (ev.Step == "restore" || ev.Step == "write" && ev.Component == nodestate.Scheduler):
+					atWrite, _ = l.PIDs(tgt.Binary)
+					wrote = true
+				}
+			}
+			res, err := n.engine(nil).Run(t.Context(), release(n.st, false, nodestate.Scheduler, tc.mode), nil)
+			if res.Outcome != tc.want {
+				t.Fatalf("Run: %+v %v: want %s", res, err, tc.want)
+			}
+			if l.ghost == nil {
+				t.Fatal("the late start never came: no mark was taken after kube-scheduler was stopped")
+			}
+			if !wrote {
+				t.Fatal("kube-scheduler was never written after its stop")
+			}
+			if slices.Contains(atWrite, *l.ghost) {
+				t.Errorf("kube-scheduler processes %v run when its new manifest is written: the late start of the old pod (pid %d) was not waited out", atWrite, l.ghost.PID)
+			}
+			n.expectConverged(tc.want)
+		})
 	}
-	l := &lateStart{Kubelet: n.k, binary: tgt.Binary}
-	n.procs = l
-	var atRestore []proc.Process
-	n.onEvent = func(ev Event) {
-		switch {
-		case ev.Step == "stop" && ev.Component == nodestate.Scheduler:
-			l.armed = true
-		case ev.Step == "restore":
-			atRestore, _ = l.PIDs(tgt.Binary)
-		}
-	}
-	res, err := n.engine(nil).Run(t.Context(), release(n.st, false, nodestate.Scheduler, "never-listen"), nil)
-	if !errors.Is(err, ErrRolledBack) {
-		t.Fatalf("Run: %+v %v: want rolled back", res, err)
-	}
-	if l.ghost == nil {
-		t.Fatal("the late start never came: the rollback took no mark after stopping kube-scheduler")
-	}
-	if len(atRestore) > 0 {
-		t.Errorf("kube-scheduler processes %v run when the rollback restores its manifest: a late start of the upgrade's pod was not waited out", atRestore)
-	}
-	n.expectConverged(RolledBack)
 }

@@ -43,7 +43,7 @@ func newHostileNode(t *testing.T, keep int) *hostileNode {
 	root := filepath.Dir(store.Dir())
 	n := &hostileNode{t: t, store: store, j: j, st: st, root: root, snaps: filepath.Join(root, "state", "snapshots"), victim: filepath.Join(root, "victim")}
 	e, err := New(Config{Journal: j, Store: store, Snapshots: n.snaps, Keep: keep, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Deadlines: Deadlines{Replace: 50 * time.Millisecond, Active: 50 * time.Millisecond, Stop: 50 * time.Millisecond, Soak: 10 * time.Millisecond, EtcdBackup: 50 * time.Millisecond}})
+		Deadlines: Deadlines{Replace: 50 * time.Millisecond, Active: 50 * time.Millisecond, Stop: 50 * time.Millisecond, Soak: 10 * time.Millisecond, EtcdBackup: 50 * time.Millisecond, Release: 300 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

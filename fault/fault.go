@@ -39,11 +39,14 @@ const (
 // component.
 type Step string
 
-// The points of a component's step: before its manifest is written, after
-// the write, after kubelet replaced the process, after the step's done
-// record was prepared (applying) or journaled (rolling back).
+// The points of a component's step: before it is stopped for its write,
+// after it was stopped (manifest removed, processes gone, the pod's name
+// released) and before the write, after the write, after kubelet replaced
+// the process, after the step's done record was prepared (applying) or
+// journaled (rolling back).
 const (
 	BeforeWrite   Step = "before-write"
+	AfterStop     Step = "after-stop"
 	AfterWrite    Step = "after-write"
 	AfterReplaced Step = "after-replaced"
 	AfterStep     Step = "after-step"
@@ -58,7 +61,7 @@ func (s Step) InRollback(comp string) Point {
 }
 
 // Steps is every per-component step, in the order a step reaches them.
-var Steps = []Step{BeforeWrite, AfterWrite, AfterReplaced, AfterStep}
+var Steps = []Step{BeforeWrite, AfterStop, AfterWrite, AfterReplaced, AfterStep}
 
 // UpgradePoints is every point of an upgrade over roster, in order.
 func UpgradePoints(roster []string) []Point {

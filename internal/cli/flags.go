@@ -23,7 +23,7 @@ import (
 // commands that drive a transaction (run, resume, rollback).
 var (
 	globalFlags = []string{"manifest-dir", "state-dir", "lock-timeout", "log-level", "output", "proc-scope"}
-	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "soak", "etcd-backup-timeout", "keep", "metrics-file"}
+	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file"}
 )
 
 // defineFlags binds every global and transaction flag to g, in one set
@@ -35,6 +35,7 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.DurationVar(&g.dl.Replace, "replace-timeout", engine.DefaultDeadlines.Replace, "how long to wait for kubelet to replace a component's process after its manifest is written")
 	f.DurationVar(&g.dl.Active, "active-timeout", engine.DefaultDeadlines.Active, "how long to wait for a new process to answer its health endpoint")
 	f.DurationVar(&g.dl.Stop, "stop-timeout", engine.DefaultDeadlines.Stop, "how long to wait for a component to exit after its manifest is removed")
+	f.DurationVar(&g.dl.Release, "release-wait", engine.DefaultDeadlines.Release, "where kubelet's pod cgroups cannot be seen: how long a stopped component stays stopped, for kubelet to release its pod's name, before its new manifest is written")
 	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit (health is checked every 200ms)")
 	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
 	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
@@ -68,7 +69,7 @@ func (g *globals) setup() error {
 		v    time.Duration
 	}{
 		{"--replace-timeout", g.dl.Replace}, {"--active-timeout", g.dl.Active}, {"--stop-timeout", g.dl.Stop},
-		{"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
+		{"--release-wait", g.dl.Release}, {"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
 	} {
 		if d.v <= 0 {
 			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))

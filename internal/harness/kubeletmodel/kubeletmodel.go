@@ -538,3 +538,13 @@ func describe(ps []Proc) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// PodCgroups is none: the model's processes run in no cgroup, so the
+// engine waits its fixed release delay, which the model's clock passes at
+// once (PastMark).
+func (k *Kubelet) PodCgroups(ps []proc.Process) ([]string, error) { return nil, nil }
+
+// WaitCgroupsGone has nothing to wait for (PodCgroups is always empty).
+func (k *Kubelet) WaitCgroupsGone(ctx context.Context, dirs []string, timeout time.Duration) error {
+	return nil
+}

@@ -85,8 +85,8 @@ var standins = scenario{
 		"registry.k8s.io/kube-scheduler:v1.34.6":          standin.ModeNeverListen,
 	},
 	brokenSay:   []string{"v1.34.6 is broken: its kube-scheduler runs but never opens its health port"},
-	goodFlags:   []string{"--soak", soak},
-	brokenFlags: []string{"--active-timeout", activeTimeout, "--soak", soak},
+	goodFlags:   []string{"--soak", soak, "--release-wait", releaseWait},
+	brokenFlags: []string{"--active-timeout", activeTimeout, "--soak", soak, "--release-wait", releaseWait},
 	components: func(st *nodestate.NodeState) string {
 		return "stand-ins answering the health checks of " + strings.Join(manifest.NamesFor(st)[1:], ", ")
 	},
@@ -115,9 +115,9 @@ var realPlane = scenario{
 	// The real kube-apiserver takes several seconds to start and etcd 3.7
 	// to take over 3.6's data; the soak stays short.
 	goodFlags: []string{"--replace-timeout", "1m", "--active-timeout", "90s", "--stop-timeout", "30s",
-		"--etcd-backup-timeout", "30s", "--soak", soak},
+		"--etcd-backup-timeout", "30s", "--soak", soak, "--release-wait", releaseWait},
 	brokenFlags: []string{"--ignore-preflight-errors", "KubernetesDowngrade", "--replace-timeout", "1m",
-		"--active-timeout", "20s", "--stop-timeout", "30s", "--soak", soak},
+		"--active-timeout", "20s", "--stop-timeout", "30s", "--soak", soak, "--release-wait", releaseWait},
 	components: func(st *nodestate.NodeState) string {
 		return "the real " + strings.Join(manifest.NamesFor(st)[1:], ", ") + " " + st.KubernetesVersion + " (make real-binaries)"
 	},
@@ -151,7 +151,10 @@ const (
 // Deadlines of the transactions, short so the demo is quick: the stand-in
 // components answer within a second or two of their start.
 const (
-	soak          = "3s"
+	soak = "3s"
+	// releaseWait: the kubelet stand-in releases a stopped pod's name
+	// 100 ms after it is gone, where the real kubelet takes up to 2 s.
+	releaseWait   = "300ms"
 	activeTimeout = "10s"
 	// checkTimeout bounds each of the demo's own checks against the node.
 	checkTimeout = 30 * time.Second
