@@ -3,7 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,4 +117,58 @@ func TestStepWaitsOutLateStarts(t *testing.T) {
 			n.expectConverged(tc.want)
 		})
 	}
+}
+
+// podCgroups is the model kubelet whose processes run in a pod cgroup: a
+// real directory per component, which the test removes late, as kubelet
+// removes a terminated pod's cgroup a moment after its last process went.
+type podCgroups struct {
+	*kubeletmodel.Kubelet
+	dir string
+}
+
+func (c *podCgroups) PodCgroups(ps []proc.Process) ([]string, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	return []string{c.dir}, nil
+}
+
+func (c *podCgroups) WaitCgroupsGone(ctx context.Context, dirs []string, timeout time.Duration) error {
+	return proc.Host().WaitCgroupsGone(ctx, dirs, timeout)
+}
+
+// TestStepWritesOnceThePodCgroupIsGone: where the pod cgroup can be seen,
+// the step writes the new manifest only once it is gone (kubelet removes
+// it just before it releases the pod's name).
+func TestStepWritesOnceThePodCgroupIsGone(t *testing.T) {
+	n := newMemNode(t)
+	c := &podCgroups{Kubelet: n.k, dir: filepath.Join(t.TempDir(), "pod0123456789abcdef")}
+	n.procs = c
+	var removed atomic.Bool
+	var stillThere bool
+	n.onEvent = func(ev Event) {
+		switch {
+		case ev.Step == "stop" && ev.Component == nodestate.Scheduler:
+			if err := os.Mkdir(c.dir, 0o755); err != nil {
+				t.Error(err)
+			}
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				removed.Store(true)
+				_ = os.Remove(c.dir)
+			}()
+		case ev.Step == "write" && ev.Component == nodestate.Scheduler:
+			_, err := os.Stat(c.dir)
+			stillThere = err == nil
+		}
+	}
+	res, err := n.engine(nil).Run(t.Context(), release(n.st, false, nodestate.Scheduler, standin.ModeHealthy), nil)
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("Run: %+v %v", res, err)
+	}
+	if !removed.Load() || stillThere {
+		t.Fatalf("kube-scheduler was written while its old pod's cgroup %s was still there", c.dir)
+	}
+	n.expectConverged(Committed)
 }
