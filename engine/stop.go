@@ -25,17 +25,29 @@ import (
 //
 // So a step removes the manifest, waits for the processes to go and for
 // the name to be released, and only then writes. Released means: the pod
-// cgroups the old processes ran in are gone, plus cgroupMargin; where those
+// cgroups the old processes ran in are gone plus cgroupMargin, and at least
+// goneMargin has passed since the processes were gone; where the cgroups
 // cannot be watched (no pod cgroup: kubelet's cgroupsPerQOS off, a layout
 // proc does not know, or the processes had exited already), Deadlines.Release
 // after the processes were gone. A guess that comes too early costs
 // kubelet's hold, never correctness: the step's wait for the replacement
 // keeps waiting.
+//
+// The margins are measured (make bench-kubelet, docs/performance.md,
+// kubelet v1.34.4, 100 terminations): the release came 0.31-1.10 s after
+// the last process exited, and never before the cgroup was gone; but in 22
+// of 100 housekeeping removed the cgroup first, up to 0.70 s before the
+// release. max(gone + 1.5 s, cgroup gone + 0.5 s) was never held and left
+// at least 0.4 s after the release.
 const (
 	// cgroupMargin is waited after the pod cgroups are gone: kubelet's
 	// housekeeping may remove a terminated pod's cgroup before its worker
 	// finished (cleanupOrphanedPodCgroups).
 	cgroupMargin = 500 * time.Millisecond
+	// goneMargin is the least time after the processes were gone: the
+	// worker waits for a relist (1 s period) that started after they
+	// went.
+	goneMargin = 1500 * time.Millisecond
 	// cgroupBound bounds the wait for the pod cgroups: kubelet retries a
 	// pod it could not clean up every 2 s, and a write after this only
 	// risks the hold.
@@ -110,7 +122,8 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 
 // awaitRelease waits, once the stopped processes are gone, until kubelet
 // has (most likely) released their pods' names: until cgroups are gone
-// plus cgroupMargin, or, with no cgroup to watch, for Deadlines.Release.
+// plus cgroupMargin and goneMargin has passed, or, with no cgroup to watch,
+// for Deadlines.Release.
 // running says whether any process ran when the stop began: when none did,
 // there was nothing whose cgroup could be seen (a resumed step whose
 // removal came before the interruption), and the fixed delay is not worth
@@ -141,6 +154,6 @@ func (e *Engine) awaitRelease(ctx context.Context, cgroups []string, running boo
 	if err != nil {
 		return err
 	}
-	cg.Ticks += ticks(cgroupMargin)
+	cg.Ticks = max(cg.Ticks+ticks(cgroupMargin), gone.Ticks+ticks(goneMargin))
 	return e.procs.PastMark(ctx, cg)
 }
