@@ -203,15 +203,20 @@ type runTimes struct {
 	Foreign []string           `json:"interference,omitempty"`
 }
 
-// stepTimes is one component step: manifest written -> old process gone
-// and a new one running (replaced) -> the new one answering (active). A
-// step that failed has Failed set and Active is how long it waited.
+// stepTimes is one component step: its stop (manifest removed -> old
+// process gone and kubelet's release of the pod's name awaited), then
+// manifest written -> a new process running (replaced) -> the new one
+// answering (active). Total is write -> active; Downtime is stop ->
+// active, how long the component was down. A step that failed has Failed
+// set and Active is how long it waited.
 type stepTimes struct {
 	Phase     string  `json:"phase"`
 	Component string  `json:"component"`
+	Stop      float64 `json:"stopSeconds"`
 	Replaced  float64 `json:"replacedSeconds"`
 	Active    float64 `json:"activeSeconds"`
 	Total     float64 `json:"totalSeconds"`
+	Downtime  float64 `json:"downtimeSeconds"`
 	Failed    bool    `json:"failed,omitempty"`
 }
 
@@ -221,7 +226,7 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 		rt.Outcome, _ = r.final["outcome"].(string)
 	}
 	type key struct{ phase, comp string }
-	write, replaced := map[key]time.Time{}, map[key]time.Time{}
+	write, replaced, stop := map[key]time.Time{}, map[key]time.Time{}, map[key]time.Time{}
 	at := map[string]time.Time{}
 	var open *key
 	var lastVerify time.Time
@@ -239,6 +244,8 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 			span("etcd-backup", "etcd-backup", ev.Time)
 		}
 		switch ev.Step {
+		case "stop":
+			stop[k] = ev.Time
 		case "write":
 			if _, ok := rt.Spans["snapshot"]; !ok && ev.Phase != "rolling-back" {
 				if len(r.events) > 0 && r.events[0].Step == "begin" {
@@ -255,7 +262,10 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 			if !ok || ev.Component == "" {
 				continue
 			}
-			s := stepTimes{Phase: ev.Phase, Component: ev.Component, Total: ev.Time.Sub(w).Seconds()}
+			s := stepTimes{Phase: ev.Phase, Component: ev.Component, Total: ev.Time.Sub(w).Seconds(), Downtime: ev.Time.Sub(w).Seconds()}
+			if st, ok := stop[k]; ok {
+				s.Stop, s.Downtime = w.Sub(st).Seconds(), ev.Time.Sub(st).Seconds()
+			}
 			if rp, ok := replaced[k]; ok {
 				s.Replaced, s.Active = rp.Sub(w).Seconds(), ev.Time.Sub(rp).Seconds()
 			}
@@ -296,7 +306,7 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 		if s.Failed {
 			fail = "  FAILED (gave up waiting for it to answer)"
 		}
-		fmt.Fprintf(&b, "\n  %-12s %-24s replaced %6.2fs  active %6.2fs  step %6.2fs%s", s.Phase, s.Component, s.Replaced, s.Active, s.Total, fail)
+		fmt.Fprintf(&b, "\n  %-12s %-24s stop %6.2fs  replaced %6.2fs  active %6.2fs  step %6.2fs  down %6.2fs%s", s.Phase, s.Component, s.Stop, s.Replaced, s.Active, s.Total, s.Downtime, fail)
 	}
 	for _, name := range []string{"snapshot", "etcd-backup", "soak-caught", "etcd-stop", "rollback", "verify"} {
 		if v, ok := rt.Spans[name]; ok {
