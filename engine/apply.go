@@ -98,7 +98,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	} else if r.writes(comp) {
 		// The mark was journaled before the removal: from here until the
 		// write no process of comp runs, so m stands (stop.go).
-		if err := e.stopForWrite(ctx, r, p, st, []string{comp}); err != nil {
+		if err := e.stopForWrite(ctx, r, p, st, []string{comp}, true); err != nil {
 			return err
 		}
 	}
@@ -158,7 +158,7 @@ func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodest
 		return m, nil
 	}
 	if p == journal.PhaseRollingBack || r.writes(comp) {
-		if err := e.stopForWrite(ctx, r, p, st, []string{comp}); err != nil {
+		if err := e.stopForWrite(ctx, r, p, st, []string{comp}, false); err != nil {
 			return m, err
 		}
 	}

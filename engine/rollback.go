@@ -238,7 +238,7 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 	if len(fresh) == 0 {
 		return last, nil
 	}
-	if err := e.stopForWrite(ctx, r, journal.PhaseRollingBack, r.from, fresh); err != nil {
+	if err := e.stopForWrite(ctx, r, journal.PhaseRollingBack, r.from, fresh, false); err != nil {
 		return last, err
 	}
 	var marks []journal.Record

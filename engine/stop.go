@@ -72,11 +72,15 @@ func ticks(d time.Duration) uint64 {
 //
 // A comp with no manifest on disk is only waited for. st is the node state
 // whose render names the processes (the binary name is the same in every
-// version).
-func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *nodestate.NodeState, comps []string) error {
+// version). first says that this run found comps running or their
+// manifests in place just now, not after an interruption: then, when
+// nothing ran and nothing was removed (a component the upgrade adds),
+// there is no name to wait for. After an interruption the removal may have
+// come just before it, and the release is waited for anyway.
+func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *nodestate.NodeState, comps []string, first bool) error {
 	targets := make([]proc.Target, len(comps))
 	var cgroups []string
-	running := false
+	ran, removedAny := false, false
 	for i, comp := range comps {
 		t, err := manifest.Target(st, comp)
 		if err != nil {
@@ -91,7 +95,7 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 		if err != nil {
 			return fmt.Errorf("%s: %w", comp, err)
 		}
-		running = running || len(ps) > 0
+		ran = ran || len(ps) > 0
 		cgroups = append(cgroups, cg...)
 	}
 	for _, comp := range comps {
@@ -100,16 +104,21 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 			next = "its manifest is restored"
 		}
 		e.event(r.txn.ID, p, "stop", comp, comp+" to exit", "stopping "+comp+" before "+next)
-		if _, err := e.store.Remove(comp); err != nil {
+		removed, err := e.store.Remove(comp)
+		if err != nil {
 			return err
 		}
+		removedAny = removedAny || removed
 	}
 	for i, comp := range comps {
 		if err := e.procs.WaitGone(ctx, targets[i], e.dl.Stop); err != nil {
 			return fmt.Errorf("stop %s: %w", comp, err)
 		}
 	}
-	if err := e.awaitRelease(ctx, cgroups, running); err != nil {
+	if first && !ran && !removedAny {
+		return nil
+	}
+	if err := e.awaitRelease(ctx, cgroups, ran); err != nil {
 		return err
 	}
 	for i, comp := range comps {
@@ -124,17 +133,17 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 // has (most likely) released their pods' names: until cgroups are gone
 // plus cgroupMargin and goneMargin has passed, or, with no cgroup to watch,
 // for Deadlines.Release.
-// running says whether any process ran when the stop began: when none did,
+// ran says whether any process ran when the stop began: when none did,
 // there was nothing whose cgroup could be seen (a resumed step whose
 // removal came before the interruption), and the fixed delay is not worth
 // a notice.
-func (e *Engine) awaitRelease(ctx context.Context, cgroups []string, running bool) error {
+func (e *Engine) awaitRelease(ctx context.Context, cgroups []string, ran bool) error {
 	gone, err := e.procs.Mark()
 	if err != nil {
 		return err
 	}
 	if len(cgroups) == 0 {
-		if running {
+		if ran {
 			e.noCgroupOnce.Do(func() {
 				e.log.Info("kubelet's pod cgroups cannot be seen here; each replacement waits a fixed time after the old process exits",
 					"release-wait", e.dl.Release)
