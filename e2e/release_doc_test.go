@@ -1,0 +1,68 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReplaceSection: the first run inserts the section before "What each
+// number is"; a rerun replaces only what is between the markers; a lone
+// marker is an error, never a guess.
+func TestReplaceSection(t *testing.T) {
+	doc := "# Performance\n\nintro\n\n" + sectionBefore + "\n\nrest\n"
+	once, err := replaceSection(doc, "table one\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# Performance\n\nintro\n\n" + sectionHeading + "\n\n" + sectionBegin + "\ntable one\n" + sectionEnd + "\n\n" + sectionBefore + "\n\nrest\n"
+	if once != want {
+		t.Fatalf("first run:\n%s\nwant:\n%s", once, want)
+	}
+	edited := strings.Replace(once, "intro", "intro edited by hand", 1)
+	twice, err := replaceSection(edited, "table two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(edited, "table one", "table two", 1); twice != want {
+		t.Fatalf("rerun:\n%s\nwant:\n%s", twice, want)
+	}
+	if got, _ := replaceSection("no anchor\n", "x"); !strings.HasSuffix(got, "no anchor\n\n"+sectionHeading+"\n\n"+sectionBegin+"\nx\n"+sectionEnd+"\n") {
+		t.Errorf("without the anchor heading the section is appended; got:\n%s", got)
+	}
+	if _, err := replaceSection("a\n"+sectionBegin+"\nb\n", "x"); err == nil {
+		t.Error("a BEGIN marker without END: no error")
+	}
+}
+
+// TestParseKlogTime: klog's header has no year; the year is the one that
+// puts the line nearest now, so a December line read on January 1st is
+// last year's.
+func TestParseKlogTime(t *testing.T) {
+	now := time.Date(2026, 12, 3, 11, 30, 0, 0, time.UTC)
+	got, ok := parseKlogTime(`I1203 11:24:32.123456   12345 pod_workers.go:1486] "Pod is complete and the worker can now stop"`, now)
+	if want := time.Date(2026, 12, 3, 11, 24, 32, 123456000, time.UTC); !ok || !got.Equal(want) {
+		t.Errorf("got %v %v, want %v", got, ok, want)
+	}
+	jan := time.Date(2027, 1, 1, 0, 0, 1, 0, time.UTC)
+	got, ok = parseKlogTime("I1231 23:59:59.500000 1 x.go:1] m", jan)
+	if want := time.Date(2026, 12, 31, 23, 59, 59, 500000000, time.UTC); !ok || !got.Equal(want) {
+		t.Errorf("across the new year: got %v %v, want %v", got, ok, want)
+	}
+	for _, bad := range []string{"", "time=\"2026-12-03\" level=info", "I12x3 11:24:32.123456 1 x.go:1] m"} {
+		if _, ok := parseKlogTime(bad, now); ok {
+			t.Errorf("%q parsed as a klog line", bad)
+		}
+	}
+}
+
+// TestSpread: min, median (mean of the middle two for an even count), max.
+func TestSpread(t *testing.T) {
+	s := time.Second
+	if lo, p50, hi := spread([]time.Duration{4 * s, 1 * s, 3 * s, 2 * s}); lo != s || p50 != 2500*time.Millisecond || hi != 4*s {
+		t.Errorf("got %v %v %v", lo, p50, hi)
+	}
+	if lo, p50, hi := spread([]time.Duration{3 * s, 1 * s, 2 * s}); lo != s || p50 != 2*s || hi != 3*s {
+		t.Errorf("got %v %v %v", lo, p50, hi)
+	}
+}
