@@ -50,6 +50,7 @@ var strategies = []strategy{
 	{Key: "d", Name: "remove; pod cgroup gone; write", Cg: true},
 	{Key: "e", Name: "remove; pod cgroup gone + 0.5 s; write", Cg: true, AfterCg: 500 * time.Millisecond},
 	{Key: "f", Name: "remove; max(gone + 1.5 s, cgroup gone + 0.5 s); write", Gone: true, AfterGone: 1500 * time.Millisecond, Cg: true, AfterCg: 500 * time.Millisecond},
+	{Key: "g", Name: "remove; max(gone + 1.2 s, cgroup gone + 0.3 s); write", Gone: true, AfterGone: 1200 * time.Millisecond, Cg: true, AfterCg: 300 * time.Millisecond},
 }
 
 // roundResult is one replacement. Release and CgLog come from kubelet's
