@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,6 +108,7 @@ func TestReleaseStrategies(t *testing.T) {
 		t.Fatal(err)
 	}
 	var results []roundResult
+	began := time.Now().UTC()
 	for i := 1; i <= n; i++ {
 		for _, s := range run {
 			r := b.replace(s, i)
@@ -125,7 +127,50 @@ func TestReleaseStrategies(t *testing.T) {
 		t.Errorf("reading kubelet's log: %v", err)
 	}
 	saveRounds(t, results)
-	rep := benchReport{Kubelet: KubeletVersion, Rounds: n, Date: time.Now().UTC(), Strategies: run, Results: results}
+	writeReport(t, benchReport{Kubelet: KubeletVersion, Rounds: n, Date: began, Strategies: run, Results: results})
+}
+
+// EnvBenchFrom names a bench-kubelet.json that TestReleaseReport turns
+// into docs/performance.md's section again, without a kubelet: for a
+// change to the report's tables.
+const EnvBenchFrom = "STRATUM_BENCH_FROM"
+
+// TestReleaseReport rewrites the section from saved rounds.
+func TestReleaseReport(t *testing.T) {
+	from := os.Getenv(EnvBenchFrom)
+	if from == "" {
+		t.Skipf("set %s to a bench-kubelet.json to rewrite its docs/performance.md section", EnvBenchFrom)
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []roundResult
+	if err := json.Unmarshal(b, &rs); err != nil {
+		t.Fatalf("%s: %v", from, err)
+	}
+	if len(rs) == 0 {
+		t.Fatalf("%s holds no rounds", from)
+	}
+	rep := benchReport{Kubelet: KubeletVersion, Date: rs[0].Remove.UTC(), Results: rs}
+	for _, s := range strategies {
+		if slices.ContainsFunc(rs, func(r roundResult) bool { return r.Strategy == s.Key }) {
+			rep.Strategies = append(rep.Strategies, s)
+		}
+	}
+	for _, r := range rs {
+		if r.Err != "" {
+			t.Errorf("round %s #%d failed: %s", r.Strategy, r.Round, r.Err)
+		}
+		rep.Rounds = max(rep.Rounds, r.Round)
+	}
+	writeReport(t, rep)
+}
+
+// writeReport logs rep's tables and, unless t failed, writes them into
+// docs/performance.md.
+func writeReport(t *testing.T, rep benchReport) {
+	t.Helper()
 	t.Logf("\n%s", rep.markdown())
 	if t.Failed() {
 		t.Log("not writing docs/performance.md: some rounds failed")
