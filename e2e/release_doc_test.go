@@ -11,26 +11,34 @@ import (
 // marker is an error, never a guess.
 func TestReplaceSection(t *testing.T) {
 	doc := "# Performance\n\nintro\n\n" + sectionBefore + "\n\nrest\n"
-	once, err := replaceSection(doc, "table one\n")
+	once, err := replaceSection(doc, idleSection, "table one\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "# Performance\n\nintro\n\n" + sectionHeading + "\n\n" + sectionBegin + "\ntable one\n" + sectionEnd + "\n\n" + sectionBefore + "\n\nrest\n"
+	want := "# Performance\n\nintro\n\n" + idleSection.Heading + "\n\n" + idleSection.Begin + "\ntable one\n" + idleSection.End + "\n\n" + sectionBefore + "\n\nrest\n"
 	if once != want {
 		t.Fatalf("first run:\n%s\nwant:\n%s", once, want)
 	}
 	edited := strings.Replace(once, "intro", "intro edited by hand", 1)
-	twice, err := replaceSection(edited, "table two")
+	twice, err := replaceSection(edited, idleSection, "table two")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := strings.Replace(edited, "table one", "table two", 1); twice != want {
 		t.Fatalf("rerun:\n%s\nwant:\n%s", twice, want)
 	}
-	if got, _ := replaceSection("no anchor\n", "x"); !strings.HasSuffix(got, "no anchor\n\n"+sectionHeading+"\n\n"+sectionBegin+"\nx\n"+sectionEnd+"\n") {
+	if got, _ := replaceSection("no anchor\n", idleSection, "x"); !strings.HasSuffix(got, "no anchor\n\n"+idleSection.Heading+"\n\n"+idleSection.Begin+"\nx\n"+idleSection.End+"\n") {
 		t.Errorf("without the anchor heading the section is appended; got:\n%s", got)
 	}
-	if _, err := replaceSection("a\n"+sectionBegin+"\nb\n", "x"); err == nil {
+	// the busy section is added after the idle one, which stays
+	both, err := replaceSection(twice, loadSection, "busy table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Replace(twice, sectionBefore, loadSection.Heading+"\n\n"+loadSection.Begin+"\nbusy table\n"+loadSection.End+"\n\n"+sectionBefore, 1); both != want {
+		t.Fatalf("busy section:\n%s\nwant:\n%s", both, want)
+	}
+	if _, err := replaceSection("a\n"+idleSection.Begin+"\nb\n", idleSection, "x"); err == nil {
 		t.Error("a BEGIN marker without END: no error")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -31,6 +32,11 @@ const EnvBenchRounds = "STRATUM_BENCH_N"
 // EnvBenchStrategies picks the strategies by key, e.g. "cde" (default:
 // every one).
 const EnvBenchStrategies = "STRATUM_BENCH_STRATEGIES"
+
+// EnvBenchLoad is a number of busy loops (sh processes, each spinning on
+// a core) to run through the rounds: kubelet on a busy node. The tables
+// then go into a section of their own.
+const EnvBenchLoad = "STRATUM_BENCH_LOAD"
 
 // strategy is one way to replace a static pod's manifest. Except in place,
 // the manifest is removed and the new one written once every signal it
@@ -69,6 +75,7 @@ type roundResult struct {
 	Release  time.Time `json:"release,omitzero"`
 	CgLog    time.Time `json:"cgroupRemovedLog,omitzero"`
 	Err      string    `json:"err,omitempty"`
+	Load     int       `json:"load,omitempty"` // busy loops running
 }
 
 // TestReleaseStrategies runs one kubelet at --v=4 with one stand-in
@@ -97,6 +104,13 @@ func TestReleaseStrategies(t *testing.T) {
 	if len(run) == 0 {
 		t.Fatalf("%s=%q names no strategy (keys a-%s)", EnvBenchStrategies, os.Getenv(EnvBenchStrategies), strategies[len(strategies)-1].Key)
 	}
+	load := 0
+	if v := os.Getenv(EnvBenchLoad); v != "" {
+		var err error
+		if load, err = strconv.Atoi(v); err != nil || load < 0 {
+			t.Fatalf("%s=%q: want a number of busy loops", EnvBenchLoad, v)
+		}
+	}
 	h := startHostWith(t, HostOptions{KubeletVerbosity: 4})
 	ports, err := testbed.FreePorts(1)
 	if err != nil {
@@ -107,11 +121,13 @@ func TestReleaseStrategies(t *testing.T) {
 	if err := b.start(); err != nil {
 		t.Fatal(err)
 	}
+	startLoad(t, load)
 	var results []roundResult
 	began := time.Now().UTC()
 	for i := 1; i <= n; i++ {
 		for _, s := range run {
 			r := b.replace(s, i)
+			r.Load = load
 			if r.Err != "" {
 				t.Errorf("strategy %s round %d: %s", s.Key, i, r.Err)
 				if err := b.recover(); err != nil {
@@ -127,7 +143,22 @@ func TestReleaseStrategies(t *testing.T) {
 		t.Errorf("reading kubelet's log: %v", err)
 	}
 	saveRounds(t, results)
-	writeReport(t, benchReport{Kubelet: KubeletVersion, Rounds: n, Date: began, Strategies: run, Results: results})
+	writeReport(t, benchReport{Kubelet: KubeletVersion, Rounds: n, Date: began, Strategies: run, Results: results, Load: load})
+}
+
+// startLoad starts n busy loops, stopped by PID when t ends.
+func startLoad(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	if n > 0 {
+		t.Logf("%d busy loops running", n)
+	}
 }
 
 // EnvBenchFrom names a bench-kubelet.json that TestReleaseReport turns
@@ -163,6 +194,7 @@ func TestReleaseReport(t *testing.T) {
 			t.Errorf("round %s #%d failed: %s", r.Strategy, r.Round, r.Err)
 		}
 		rep.Rounds = max(rep.Rounds, r.Round)
+		rep.Load = r.Load
 	}
 	writeReport(t, rep)
 }
@@ -180,7 +212,11 @@ func writeReport(t *testing.T, rep benchReport) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeSection(filepath.Join(repo, "docs", "performance.md"), rep.markdown()); err != nil {
+	sec := idleSection
+	if rep.Load > 0 {
+		sec = loadSection
+	}
+	if err := writeSection(filepath.Join(repo, "docs", "performance.md"), sec, rep.markdown()); err != nil {
 		t.Fatal(err)
 	}
 }

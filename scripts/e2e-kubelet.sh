@@ -12,7 +12,8 @@
 # TestReleaseStrategies instead: kubelet's release of a static pod's name
 # and each replacement strategy, measured and written into
 # docs/performance.md (STRATUM_BENCH_N rounds per strategy, default 10;
-# STRATUM_BENCH_STRATEGIES picks some, e.g. cde). It needs no real control
+# STRATUM_BENCH_STRATEGIES picks some, e.g. cde; STRATUM_BENCH_LOAD=n runs
+# n busy loops meanwhile). It needs no real control
 # plane, so the real binaries are not built.
 set -euo pipefail
 mode=${1:-e2e}
