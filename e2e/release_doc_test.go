@@ -91,3 +91,23 @@ func TestSpread(t *testing.T) {
 		t.Errorf("got %v %v %v", lo, p50, hi)
 	}
 }
+
+// TestWriteAt: a rule writes at the later of its enabled signals plus
+// their margins; a signal it does not wait for does not count.
+func TestWriteAt(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	gone, cg := t0, t0.Add(time.Second)
+	both := strategy{Gone: true, AfterGone: 1500 * time.Millisecond, Cg: true, AfterCg: 300 * time.Millisecond}
+	if got := both.writeAt(gone, cg); !got.Equal(t0.Add(1500 * time.Millisecond)) {
+		t.Errorf("gone term later: %v", got.Sub(t0))
+	}
+	if got := both.writeAt(gone, t0.Add(1400*time.Millisecond)); !got.Equal(t0.Add(1700 * time.Millisecond)) {
+		t.Errorf("cgroup term later: %v", got.Sub(t0))
+	}
+	if got := (strategy{Cg: true, AfterCg: 500 * time.Millisecond}).writeAt(gone, cg); !got.Equal(t0.Add(1500 * time.Millisecond)) {
+		t.Errorf("cgroup only: %v", got.Sub(t0))
+	}
+	if got := (strategy{Gone: true}).writeAt(gone, cg); !got.Equal(gone) {
+		t.Errorf("gone only, no margin: %v", got.Sub(t0))
+	}
+}

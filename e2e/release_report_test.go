@@ -197,7 +197,55 @@ func (rep benchReport) markdown() string {
 	}
 	fmt.Fprintf(&b, "\nThe pod cgroup was gone more than %s before the release (removed by housekeeping, not by the pod's worker) in %d of %d rounds.\n",
 		housekeepingEarly, n, len(early))
+	rep.replay(&b)
 	return b.String()
+}
+
+// replayRules are write rules replayed on every round's moments: when
+// each would have written, against the release.
+var replayRules = []strategy{
+	{Name: "gone + 1.5 s", Gone: true, AfterGone: 1500 * time.Millisecond},
+	{Name: "gone + 2.5 s", Gone: true, AfterGone: 2500 * time.Millisecond},
+	{Name: "cgroup gone + 0.5 s", Cg: true, AfterCg: 500 * time.Millisecond},
+	{Name: "cgroup gone + 0.75 s", Cg: true, AfterCg: 750 * time.Millisecond},
+	{Name: "max(gone + 1.2 s, cgroup gone + 0.3 s)", Gone: true, AfterGone: 1200 * time.Millisecond, Cg: true, AfterCg: 300 * time.Millisecond},
+	{Name: "max(gone + 1.5 s, cgroup gone + 0.5 s)", Gone: true, AfterGone: 1500 * time.Millisecond, Cg: true, AfterCg: 500 * time.Millisecond},
+}
+
+// writeAt is when s writes, given a round's old process exit and cgroup
+// removal.
+func (s strategy) writeAt(gone, cg time.Time) time.Time {
+	var at time.Time
+	if s.Gone {
+		at = gone.Add(s.AfterGone)
+	}
+	if c := cg.Add(s.AfterCg); s.Cg && c.After(at) {
+		at = c
+	}
+	return at
+}
+
+// replay writes the table of replayRules: for each, its margin over the
+// release (write - release) in every round, and how many rounds it would
+// have written before the release, which kubelet holds.
+func (rep benchReport) replay(b *strings.Builder) {
+	b.WriteString("\nEach rule replayed on every round's moments: when it would have written, against the release (below 0 is before it: kubelet holds the pod), " +
+		"and how long after the old process's exit (the outage is that plus the write -> new process time above):\n\n")
+	b.WriteString("| rule | write - release, min / p10 / p50 | writes before the release | old process gone -> write, p50 / max |\n|---|---|---|---|\n")
+	for _, s := range replayRules {
+		margin := rep.intervals("", released, func(r roundResult) time.Duration { return s.writeAt(r.Gone, r.Cg).Sub(r.Release) })
+		wait := rep.intervals("", released, func(r roundResult) time.Duration { return s.writeAt(r.Gone, r.Cg).Sub(r.Gone) })
+		early := 0
+		for _, d := range margin {
+			if d < 0 {
+				early++
+			}
+		}
+		lo, p50, _ := spread(margin)
+		_, wp, wm := spread(wait)
+		fmt.Fprintf(b, "| %s | %.2f / %.2f / %.2f s | %d of %d | %.2f / %.2f s |\n", s.Name, lo.Seconds(), quantile(margin, 0.1).Seconds(), p50.Seconds(),
+			early, len(margin), wp.Seconds(), wm.Seconds())
+	}
 }
 
 // housekeepingEarly: a pod cgroup gone this long before the release was
