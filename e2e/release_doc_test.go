@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -109,5 +111,29 @@ func TestWriteAt(t *testing.T) {
 	}
 	if got := (strategy{Gone: true}).writeAt(gone, cg); !got.Equal(gone) {
 		t.Errorf("gone only, no margin: %v", got.Sub(t0))
+	}
+}
+
+// TestStartLoad: the busy loops run while the test does and are gone,
+// reaped, once it ends.
+func TestStartLoad(t *testing.T) {
+	var pids []int
+	t.Run("load", func(t *testing.T) {
+		before, _ := processesWith("while :; do :; done")
+		startLoad(t, 2)
+		after, _ := processesWith("while :; do :; done")
+		for _, p := range after {
+			if !slices.Contains(before, p) {
+				pids = append(pids, p)
+			}
+		}
+		if len(pids) != 2 {
+			t.Fatalf("%d new busy loops, want 2", len(pids))
+		}
+	})
+	for _, p := range pids {
+		if err := syscall.Kill(p, 0); err == nil {
+			t.Errorf("busy loop %d still runs after the test", p)
+		}
 	}
 }

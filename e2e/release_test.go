@@ -14,10 +14,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/proc"
 )
@@ -146,12 +148,14 @@ func TestReleaseStrategies(t *testing.T) {
 	writeReport(t, benchReport{Kubelet: KubeletVersion, Rounds: n, Date: began, Strategies: run, Results: results, Load: load})
 }
 
-// startLoad starts n busy loops, stopped by PID when t ends.
+// startLoad starts n busy loops, stopped by PID when t ends; a test
+// binary that dies takes them with it (Pdeathsig).
 func startLoad(t *testing.T, n int) {
 	t.Helper()
 	for range n {
 		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		if err := cmd.Start(); err != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := kubeletsim.Spawn(cmd); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
