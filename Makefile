@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint docs fuzz crash demo bench torture e2e-kubelet real-binaries test-real flag-tables clean
+.PHONY: help build test lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real flag-tables clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -95,6 +95,11 @@ flag-tables: ## regenerate versions/flags/<component>-<minor>.txt: Kubernetes fr
 
 e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
 	./scripts/e2e-kubelet.sh
+
+# Not part of e2e-kubelet (CI time): a measurement for issue 18, rerun when
+# kubelet or the replacement rule changes. STRATUM_BENCH_N=20 for more rounds.
+bench-kubelet: ## measure on the real kubelet when a removed static pod's name is released and each replacement strategy; writes its section of docs/performance.md (root; about 10 minutes)
+	./scripts/e2e-kubelet.sh bench
 
 clean: ## remove build output (not the etcd build cache)
 	rm -rf $(BIN)

@@ -57,6 +57,7 @@ type Host struct {
 	SaveLogs string
 
 	kubeletBin string
+	kubeletV   int
 	containerd *daemon
 	kubelet    *daemon
 	unlock     func()
@@ -108,6 +109,10 @@ type HostOptions struct {
 	Images string
 	// Kubelet is the kubelet binary (KubeletBinary).
 	Kubelet string
+	// KubeletVerbosity is kubelet's --v; 0 means 2. At 4 kubelet logs
+	// when a terminated pod's worker releases its name
+	// (docs/kubelet-hold.md).
+	KubeletVerbosity int
 	// Logf receives progress messages; default none.
 	Logf func(string, ...any)
 }
@@ -136,6 +141,7 @@ func StartHost(ctx context.Context, o HostOptions) (*Host, error) {
 		ContainerdLog:  filepath.Join(o.Root, "containerd.log"),
 		NodeName:       o.NodeName,
 		kubeletBin:     o.Kubelet,
+		kubeletV:       o.KubeletVerbosity,
 		logf:           o.Logf,
 	}
 	unlock, err := build.Lock(o.Root+".lock", 30*time.Minute)

@@ -18,6 +18,13 @@ import (
 // is registered with t.Cleanup and must be clean.
 func startHost(t *testing.T) *Host {
 	t.Helper()
+	return startHostWith(t, HostOptions{})
+}
+
+// startHostWith is startHost with o's options (its Images, Kubelet and
+// Logf are set here).
+func startHostWith(t *testing.T, o HostOptions) *Host {
+	t.Helper()
 	kubelet, built, err := KubeletBinary(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +41,8 @@ func startHost(t *testing.T) *Host {
 		}
 		t.Logf("%s=1: process scans scoped to this test's tree (pid %d), not host-wide", EnvScope, os.Getpid())
 	}
-	h, err := StartHost(t.Context(), HostOptions{Images: archive, Kubelet: kubelet, Logf: t.Logf})
+	o.Images, o.Kubelet, o.Logf = archive, kubelet, t.Logf
+	h, err := StartHost(t.Context(), o)
 	if h != nil {
 		if cache, err := CacheDir(); err == nil {
 			h.SaveLogs = filepath.Join(cache, "e2e", "last-run", t.Name())

@@ -60,9 +60,13 @@ func (h *Host) StartKubelet(ctx context.Context) error {
 	if err := os.WriteFile(cfg, []byte(h.expand(kubeletConfig)), 0o644); err != nil {
 		return fmt.Errorf("e2e host: %w", err)
 	}
+	verbosity := h.kubeletV
+	if verbosity == 0 {
+		verbosity = 2
+	}
 	start := time.Now()
 	d, err := h.spawn("kubelet", h.KubeletLog, h.kubeletBin, "--config="+cfg, "--root-dir="+h.KubeletRoot,
-		"--cert-dir="+filepath.Join(h.Root, "kubelet-certs"), "--hostname-override="+h.NodeName, "--v=2")
+		"--cert-dir="+filepath.Join(h.Root, "kubelet-certs"), "--hostname-override="+h.NodeName, fmt.Sprintf("--v=%d", verbosity))
 	if err != nil {
 		return err
 	}

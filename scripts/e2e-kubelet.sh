@@ -7,7 +7,21 @@
 # Kubernetes version from a cold build cache); kubelet and the images are
 # built by the test. Everything is cached under $STRATUM_CACHE (default
 # ~/.cache/stratum-upgrade), so a rerun does not rebuild it.
+#
+# With the argument "bench" (make bench-kubelet) it runs only
+# TestReleaseStrategies instead: kubelet's release of a static pod's name
+# and each replacement strategy, measured and written into
+# docs/performance.md (STRATUM_BENCH_N rounds per strategy, default 10;
+# STRATUM_BENCH_STRATEGIES picks some, e.g. cde; STRATUM_BENCH_LOAD=n runs
+# n busy loops meanwhile). It needs no real control
+# plane, so the real binaries are not built.
 set -euo pipefail
+mode=${1:-e2e}
+case $mode in
+e2e) tests='TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet' ;;
+bench) tests='^TestReleaseStrategies$'; export STRATUM_BENCH_KUBELET=1 ;;
+*) echo "usage: $0 [e2e|bench]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
 	echo "e2e-kubelet: must run as root (containerd, runc and kubelet need it)" >&2
@@ -25,13 +39,14 @@ fi
 containerd --version
 runc --version | head -1
 start=$(date +%s)
-# The real-control-plane scenarios run these binaries; built here, outside
-# the test's timeout (buildbins prints each build's time, 0 when cached).
-go run ./internal/harness/cmd/buildbins
-echo "e2e-kubelet: real binaries ready after $(( $(date +%s) - start ))s"
+if [ "$mode" = e2e ]; then
+	# The real-control-plane scenarios run these binaries; built here, outside
+	# the test's timeout (buildbins prints each build's time, 0 when cached).
+	go run ./internal/harness/cmd/buildbins
+	echo "e2e-kubelet: real binaries ready after $(( $(date +%s) - start ))s"
+fi
 log=$(mktemp /tmp/e2e-kubelet-XXXXXX.log)
-if ! STRATUM_E2E=1 go test -count=1 -v -timeout 40m \
-	-run 'TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet' ./e2e/ 2>&1 | tee "$log"; then
+if ! STRATUM_E2E=1 go test -count=1 -v -timeout 40m -run "$tests" ./e2e/ 2>&1 | tee "$log"; then
 	# A failure's own lines are easily buried under the containerd and
 	# container logs the tests print after it: repeat each failed test's
 	# lines last, without those logs, so the tail of CI's output says why.
@@ -47,4 +62,4 @@ if ! STRATUM_E2E=1 go test -count=1 -v -timeout 40m \
 	done
 	exit 1
 fi
-echo "e2e-kubelet: passed in $(( $(date +%s) - start ))s"
+echo "e2e-kubelet ($mode): passed in $(( $(date +%s) - start ))s"
