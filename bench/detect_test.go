@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strconv"
@@ -73,7 +72,7 @@ func BenchmarkDetection(b *testing.B) {
 	for i := range n {
 		tag := testbed.KubeTags[(i+1)%len(testbed.KubeTags)]
 		rel := release(version, map[string]string{comp: testbed.ModeImage(comp, tag, standin.ModeHealthy)})
-		res, err := r.e.Run(context.Background(), rel, nil)
+		res, err := r.run(rel)
 		if err != nil || res.Outcome != engine.Committed {
 			b.Fatalf("replacement %d: Run: %+v %v", i, res, err)
 		}

@@ -95,7 +95,7 @@ func BenchmarkUpgrade(b *testing.B) {
 			}
 		}
 		c0 := r.j.Commits()
-		res, err := r.e.Run(context.Background(), release(tag, images), nil)
+		res, err := r.run(release(tag, images))
 		if err != nil || res.Outcome != engine.Committed {
 			b.Fatalf("upgrade %d: Run: %+v %v", i, res, err)
 		}
