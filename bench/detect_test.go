@@ -65,6 +65,9 @@ func BenchmarkDetection(b *testing.B) {
 		durable  time.Time
 		waitCPU  time.Duration
 		waitWall time.Duration
+		// CPU of the two waits apart: WaitReplaced (wait-replaced to
+		// wait-active) and WaitActive (wait-active to done).
+		replacedCPU, activeCPU time.Duration
 	}
 	var samples []sample
 	version := r.n.State.KubernetesVersion
@@ -91,18 +94,20 @@ func BenchmarkDetection(b *testing.B) {
 		waitStart, ok2 := find(evs, "wait-replaced", comp)
 		done, ok3 := find(evs, "done", comp)
 		verify, ok4 := find(evs, "verify", "")
-		if !ok1 || !ok2 || !ok3 || !ok4 {
+		active, ok5 := find(evs, "wait-active", comp)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 			b.Fatalf("replacement %d: engine events incomplete: %+v", i, evs)
 		}
 		samples = append(samples, sample{txn: res.Txn, pid: ps[0].PID, write: write.Time, record: rec.Time, durable: verify.Time,
-			waitCPU: done.CPU - waitStart.CPU, waitWall: done.Time.Sub(waitStart.Time)})
+			waitCPU: done.CPU - waitStart.CPU, waitWall: done.Time.Sub(waitStart.Time),
+			replacedCPU: active.CPU - waitStart.CPU, activeCPU: done.CPU - active.CPU})
 	}
 	evs, err := r.n.Events()
 	if err != nil {
 		b.Fatal(err)
 	}
 	var healthyRec, listenRec, listenDur []time.Duration
-	var cpu, wall time.Duration
+	var cpu, wall, replacedCPU, activeCPU time.Duration
 	for i, s := range samples {
 		h, ok := standinEvent(evs, comp, s.pid, standin.EventHealthy, s.write, s.durable)
 		l, ok2 := standinEvent(evs, comp, s.pid, standin.EventListen, s.write, s.durable)
@@ -113,6 +118,8 @@ func BenchmarkDetection(b *testing.B) {
 		listenRec = append(listenRec, s.record.Sub(l.Time))
 		listenDur = append(listenDur, s.durable.Sub(l.Time))
 		cpu += s.waitCPU
+		replacedCPU += s.replacedCPU
+		activeCPU += s.activeCPU
 		wall += s.waitWall
 	}
 	b.ReportMetric(float64(len(samples)), "replacements")
@@ -127,4 +134,6 @@ func BenchmarkDetection(b *testing.B) {
 	b.ReportMetric(100*float64(cpu)/float64(wall), "wait-cpu-%")
 	b.ReportMetric(ms(cpu)/float64(len(samples)), "wait-cpu-ms/step")
 	b.ReportMetric(ms(wall)/float64(len(samples)), "wait-ms/step")
+	b.ReportMetric(ms(replacedCPU)/float64(len(samples)), "replaced-cpu-ms/step")
+	b.ReportMetric(ms(activeCPU)/float64(len(samples)), "active-cpu-ms/step")
 }
