@@ -51,7 +51,8 @@ func upgrades() int {
 //     first be seen active: the component stand-in's "listen" event (its
 //     listener open; it answers 200 from then on); for kube-vip, which has
 //     no listener and is active once it runs, the kubelet stand-in's
-//     record of deciding to start it. The snapshot before and the soak
+//     record of starting its container (after the start latency, just
+//     before the process is spawned). The snapshot before and the soak
 //     after are in neither.
 //   - the CPU cost of waiting: this process's CPU time (getrusage
 //     RUSAGE_SELF: the engine and an idle harness; the kubelet stand-in
