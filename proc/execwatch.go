@@ -38,6 +38,10 @@ type execWatch struct {
 	fd  int
 	buf []byte
 	arg []byte
+	// found are the pids relevant saw exec under the watched name, lost
+	// whether it missed or could not read an event; take drains both.
+	found []int
+	lost  bool
 }
 
 // watchExecs subscribes to exec events for s, or returns nil when s is not
@@ -141,37 +145,53 @@ func (w *execWatch) awaitAck(ack uint32, timeout time.Duration) error {
 
 // relevant reads every pending message and reports whether one may end a
 // wait for binary want: the exec of a process whose argv[0] base name is
-// want,
-// a message it could not read, or lost messages (the socket's buffer
-// overflowed). Only the reading is cheap; whether that process counts is
-// for the wait's own check.
+// want (its pid is kept for take), or lost messages (the socket's buffer
+// overflowed, a read failed, an exec'd process's argv[0] could not be read
+// for another reason than its exit), after which only a scan of the whole
+// table can tell. Only the reading is cheap; whether that process counts
+// is for the wait's own check.
 func (w *execWatch) relevant(s *Scanner, want string) bool {
-	found := false
 	for {
 		n, err := unix.Read(w.fd, w.buf)
 		switch {
 		case errors.Is(err, unix.EAGAIN):
-			return found
+			return w.lost || len(w.found) > 0
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.ENOBUFS):
-			found = true
+			w.lost = true
 			continue
 		case err != nil:
+			w.lost = true
 			return true
 		}
 		eachEvent(w.buf[:n], func(_ uint32, what uint32, data []byte) {
-			if found || what != procEventExec || len(data) < 8 {
+			if w.lost || what != procEventExec || len(data) < 8 {
 				return
 			}
 			tgid := int(binary.NativeEndian.Uint32(data[4:]))
 			var arg0 []byte
 			arg0, w.arg, err = s.argv0(tgid, w.arg)
-			if err == nil && string(baseName(arg0)) == want {
-				found = true
+			switch {
+			case err == nil && string(baseName(arg0)) == want:
+				w.found = append(w.found, tgid)
+			case err != nil && !isGone(err):
+				w.lost = true
 			}
 		})
 	}
+}
+
+// take returns the pids relevant has found since the last take, and
+// whether messages were lost meanwhile, and forgets both. A nil watch has
+// found nothing and lost everything.
+func (w *execWatch) take() (found []int, lost bool) {
+	if w == nil {
+		return nil, true
+	}
+	found, lost = w.found, w.lost
+	w.found, w.lost = nil, false
+	return found, lost
 }
 
 // eachEvent calls fn for every proc connector event in a datagram: the

@@ -101,11 +101,25 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s processes: %w", want, err)
 	}
+	out, err := s.among(pids, want)
+	if err != nil {
+		return nil, fmt.Errorf("list %s processes: %w", want, err)
+	}
+	return out, nil
+}
+
+// among is PIDs over the given pids instead of the whole table: those of
+// them that run want (a base name) now, within the scope, sorted by pid,
+// each once. It reads what PIDs reads of each, and treats a vanished pid,
+// a zombie and a dead task as gone, any other failure as unknown (an
+// error) the same way.
+func (s *Scanner) among(pids []int, want string) ([]Process, error) {
 	var (
 		out     []Process
 		buf     = make([]byte, 4096)
 		tree    = s.newAncestry()
 		skipped bool // an entry vanished: check the table is still there
+		err     error
 	)
 	for _, pid := range pids {
 		var arg0 []byte
@@ -115,7 +129,7 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 				skipped = true
 				continue
 			}
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 		if len(arg0) == 0 || string(baseName(arg0)) != want {
 			continue
@@ -126,14 +140,14 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 				skipped = true
 				continue
 			}
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 		if st.isGone() {
 			continue
 		}
 		in, err := tree.contains(pid, st.ppid)
 		if err != nil {
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 		if in {
 			out = append(out, Process{PID: pid, StartTicks: st.ticks})
@@ -141,11 +155,11 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 	}
 	if skipped {
 		if err := s.present(); err != nil {
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 	}
 	slices.SortFunc(out, func(a, b Process) int { return a.PID - b.PID })
-	return out, nil
+	return slices.CompactFunc(out, func(a, b Process) bool { return a.PID == b.PID }), nil
 }
 
 // StartTicks reports when process pid started, in clock ticks since boot

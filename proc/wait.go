@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"time"
 
@@ -99,72 +98,6 @@ func waitFor(ctx context.Context, we *WaitError, timeout time.Duration, c check,
 	return we
 }
 
-// WaitReplaced waits until Replaced(t, m) is done: once a changed manifest
-// is written, until kubelet has taken down whatever ran before it and runs
-// at least one process started after m. It returns nil once that holds. On
-// timeout (or when ctx ends) the error is a *WaitError: "kubelet did not
-// start a new <name> within <timeout> of its manifest being written" with
-// the pids still running from before m, or that no process of t.Binary is
-// running, or the last error reading /proc (m's ticks and boot id and the
-// start ticks are in its Detail). Reading errors are retried until the
-// deadline: they are unknown, not an answer.
-//
-// Every decision is a full Replaced check; what happens in between only
-// decides when the next check runs. On the procfs of this process's own pid
-// namespace, where the kernel's process events connector is available
-// (root on the host: CAP_NET_ADMIN in the initial namespaces), the wait is
-// driven by events: it waits for the processes that predate m to exit (on
-// pidfds, Linux 5.3 and later), then for the exec of a process whose
-// argv[0] names t.Binary, checks at once when one happens, and otherwise
-// only every two seconds. Where the events are not available it polls: at
-// once, then after 10 ms doubling up to 250 ms.
-func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout time.Duration) error {
-	if m.BootID == "" {
-		return fmt.Errorf("waiting for %s to be replaced: mark has no boot id (take it with Mark)", t.Name)
-	}
-	we := &WaitError{
-		Component: t.Name,
-		Awaited:   "kubelet to start a new " + t.Name,
-		Failed:    "kubelet did not start a new " + t.Name,
-		After:     "of its manifest being written",
-		Advice:    kubeletLog,
-		Detail:    fmt.Sprintf("mark: tick %d of boot %s", m.Ticks, m.BootID),
-	}
-	// Subscribed before the first check, so that no exec falls between.
-	w := s.watchExecs()
-	defer w.close()
-	var (
-		stale    []Process
-		answered bool // the last check read /proc: its failure is an answer
-		polled   = backoffPacer()
-		binary   = path.Base(t.Binary)
-	)
-	next := func(why error) time.Duration {
-		if w != nil && answered {
-			return watchedInterval
-		}
-		// Polled, or /proc could not be read: retried at the shared pace.
-		return polled(why)
-	}
-	return waitFor(ctx, we, timeout, func(context.Context) (bool, error) {
-		done, st, err := s.Replaced(t, m)
-		stale, answered = st, err == nil
-		switch {
-		case err != nil:
-			return false, err
-		case done:
-			return true, nil
-		case len(st) > 0:
-			we.Detail = fmt.Sprintf("mark: tick %d of boot %s; still running from before it: %s", m.Ticks, m.BootID, describe(st))
-			return false, fmt.Errorf("still running: %s, started before the write", describePIDs(st))
-		default:
-			return false, fmt.Errorf("no process of %s is running", t.Binary)
-		}
-	}, next, func(ctx context.Context, d time.Duration) {
-		s.awaitChange(ctx, d, stale, w, binary)
-	})
-}
-
 // WaitGone waits until no process of t.Binary runs (a zombie does not run).
 // It returns nil once PIDs reports none. On timeout (or when ctx ends) the
 // error (a *WaitError) lists the survivors' pids (start ticks in Detail), or gives the last error
@@ -194,19 +127,29 @@ func (s *Scanner) WaitGone(ctx context.Context, t Target, timeout time.Duration)
 	})
 }
 
+// woke is why awaitChange returned.
+type woke int
+
+const (
+	wokeOther woke = iota // d passed, ctx ended, or nothing could be watched
+	wokeExit              // one of the watched processes exited
+	wokeExec              // the exec watch saw an exec of binary, or lost events
+)
+
 // awaitChange pauses a wait for up to d (and no longer than ctx allows)
 // and returns early when something happens that may end the wait, or ctx
 // ends. Without w: one of ps exits (watched on pidfds, on the live procfs
 // only). With w (a WaitReplaced, ps its stale processes): once every one of
 // ps has exited, w reports the exec of a process whose argv[0] base name
 // is binary (or lost events); exits alone do not end the pause, as no
-// process of binary is left then. With nothing to watch it sleeps.
-func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process, w *execWatch, binary string) {
+// process of binary is left then. With nothing to watch it sleeps. It
+// returns why it returned.
+func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process, w *execWatch, binary string) woke {
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
 	}
 	if d <= 0 || ctx.Err() != nil {
-		return
+		return wokeOther
 	}
 	var pidfds []int
 	defer func() {
@@ -218,7 +161,7 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 		for _, p := range ps {
 			fd, err := unix.PidfdOpen(p.PID, 0)
 			if errors.Is(err, unix.ESRCH) {
-				return // already gone: check again at once
+				return wokeExit // already gone: check again at once
 			}
 			if err != nil {
 				// No pidfds here (a kernel before 5.3): exits are polled.
@@ -233,7 +176,7 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 			// then the process scanned is gone.
 			ticks, alive, err := s.StartTicks(p.PID)
 			if err != nil || !alive || ticks != p.StartTicks {
-				return
+				return wokeExit
 			}
 		}
 	}
@@ -241,16 +184,16 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 	case len(pidfds) == 0 && len(ps) > 0:
 		// Exits cannot be watched: poll them at the shared pace at most.
 		sleep(ctx, min(d, maxInterval))
-		return
+		return wokeOther
 	case len(pidfds) == 0 && w == nil:
 		sleep(ctx, d)
-		return
+		return wokeOther
 	}
 	// ctx ending is one more event: an eventfd it writes to.
 	cancelled, stop, err := ctxEventFD(ctx)
 	if err != nil {
 		sleep(ctx, d)
-		return
+		return wokeOther
 	}
 	defer stop()
 	fds := make([]unix.PollFd, 0, len(pidfds)+2)
@@ -275,7 +218,7 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 	for {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
-			return
+			return wokeOther
 		}
 		n, err := unix.Poll(fds, int((left+time.Millisecond-1)/time.Millisecond))
 		if errors.Is(err, unix.EINTR) {
@@ -283,7 +226,7 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 		}
 		if err != nil {
 			sleep(ctx, left)
-			return
+			return wokeOther
 		}
 		if n == 0 {
 			continue
@@ -295,13 +238,13 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 			fds[i].Revents = 0
 			switch {
 			case i == 0:
-				return // ctx ended
+				return wokeOther // ctx ended
 			case i == watched:
 				if w.relevant(s, binary) {
-					return // a process of binary may have started
+					return wokeExec // a process of binary may have started
 				}
 			case w == nil:
-				return // a watched process exited
+				return wokeExit // a watched process exited
 			default:
 				// A watched process exited: once none is left, a process
 				// of binary starting is what can end the wait.
