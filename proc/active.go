@@ -30,17 +30,20 @@ const requestTimeout = 2 * time.Second
 // about a fifth more expensive in CPU.
 var healthClient = &http.Client{
 	Transport: &http.Transport{
-		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: requestTimeout}).DialContext,
-		TLSClientConfig: &tls.Config{
-			InsecureSkipVerify: true,
-			CurvePreferences:   []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521},
-		},
+		Proxy:             nil,
+		DialContext:       (&net.Dialer{Timeout: requestTimeout}).DialContext,
+		TLSClientConfig:   healthTLS,
 		DisableKeepAlives: true,
 		ForceAttemptHTTP2: false,
 	},
 	// A redirect is an answer; following it could leave localhost.
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+// healthTLS is the health requests' TLS configuration (see healthClient).
+var healthTLS = &tls.Config{
+	InsecureSkipVerify: true,
+	CurvePreferences:   []tls.CurveID{tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521},
 }
 
 // HasListener reports whether t has a health endpoint Active can ask
@@ -83,8 +86,17 @@ func probe(ctx context.Context, url string) error {
 	if err != nil {
 		return fmt.Errorf("health endpoint %q: %w", url, err)
 	}
-	resp, err := healthClient.Do(req)
-	if err != nil {
+	var resp *http.Response
+	if ap, ok := directAddr(req.URL); ok {
+		// The endpoints kubeadm renders (127.0.0.1, an advertise address):
+		// on a socket of its own, without http.Client's goroutines.
+		dl, _ := ctx.Deadline()
+		var release func()
+		if resp, release, err = directProbe(ctx, req, ap, dl); err != nil {
+			return err
+		}
+		defer release()
+	} else if resp, err = healthClient.Do(req); err != nil {
 		return err
 	}
 	defer resp.Body.Close()
