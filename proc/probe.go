@@ -51,7 +51,8 @@ func directProbe(ctx context.Context, req *http.Request, ap netip.AddrPort, dead
 	}
 	req.Close = true
 	bw := bufio.NewWriterSize(conn, 512)
-	if err := req.Write(bw); err == nil {
+	err = req.Write(bw)
+	if err == nil {
 		err = bw.Flush()
 	}
 	if err != nil {
