@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strconv"
@@ -23,11 +22,17 @@ func replacements() int {
 	return 100
 }
 
+// detectLatency is the test bed kubelet's start latency in
+// BenchmarkDetection (testbed.Options.StartLatency): a tenth of
+// BenchmarkUpgrade's, so that a wait is short and its fixed cost shows.
+const detectLatency = 100 * time.Millisecond
+
 // BenchmarkDetection measures how long the engine takes to notice that
 // kubelet has done its part. It runs one-component upgrades through the
 // public engine API (Run with a release that changes only kube-scheduler,
 // alternating between the v1.34.5 and v1.34.4 images) on a test bed node
-// with the test bed's scaled-down kubelet, and for each replacement takes:
+// with the test bed's scaled-down kubelet and a start latency of
+// detectLatency, and for each replacement takes:
 //
 //   - healthy: the stand-in's "healthy" event of the new process, the moment
 //     it wrote its first 200 to a health request;
@@ -44,12 +49,13 @@ func replacements() int {
 //
 // It reports p50, p99 and max of record - healthy (the definition of the
 // issue), record - listen and durable - listen, and the CPU cost of the
-// waits as BenchmarkUpgrade measures it (here with a kubelet that holds a
-// pod back only 100 ms, so the fixed cost of each wait weighs more).
+// waits as BenchmarkUpgrade measures it (here with a kubelet that starts a
+// pod's process 100 ms after deciding to, so the fixed cost of each wait
+// weighs ten times more).
 //
 // The new process is the one the done record names.
 func BenchmarkDetection(b *testing.B) {
-	r := newRig(b, testbed.Options{}, engine.Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 50 * time.Millisecond, EtcdBackup: 20 * time.Second})
+	r := newRig(b, testbed.Options{StartLatency: detectLatency}, engine.Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 50 * time.Millisecond, EtcdBackup: 20 * time.Second})
 	const comp = nodestate.Scheduler
 	type sample struct {
 		txn      string
@@ -59,6 +65,9 @@ func BenchmarkDetection(b *testing.B) {
 		durable  time.Time
 		waitCPU  time.Duration
 		waitWall time.Duration
+		// CPU of the two waits apart: WaitReplaced (wait-replaced to
+		// wait-active) and WaitActive (wait-active to done).
+		replacedCPU, activeCPU time.Duration
 	}
 	var samples []sample
 	version := r.n.State.KubernetesVersion
@@ -66,7 +75,7 @@ func BenchmarkDetection(b *testing.B) {
 	for i := range n {
 		tag := testbed.KubeTags[(i+1)%len(testbed.KubeTags)]
 		rel := release(version, map[string]string{comp: testbed.ModeImage(comp, tag, standin.ModeHealthy)})
-		res, err := r.e.Run(context.Background(), rel, nil)
+		res, err := r.run(rel)
 		if err != nil || res.Outcome != engine.Committed {
 			b.Fatalf("replacement %d: Run: %+v %v", i, res, err)
 		}
@@ -85,18 +94,20 @@ func BenchmarkDetection(b *testing.B) {
 		waitStart, ok2 := find(evs, "wait-replaced", comp)
 		done, ok3 := find(evs, "done", comp)
 		verify, ok4 := find(evs, "verify", "")
-		if !ok1 || !ok2 || !ok3 || !ok4 {
+		active, ok5 := find(evs, "wait-active", comp)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 			b.Fatalf("replacement %d: engine events incomplete: %+v", i, evs)
 		}
 		samples = append(samples, sample{txn: res.Txn, pid: ps[0].PID, write: write.Time, record: rec.Time, durable: verify.Time,
-			waitCPU: done.CPU - waitStart.CPU, waitWall: done.Time.Sub(waitStart.Time)})
+			waitCPU: done.CPU - waitStart.CPU, waitWall: done.Time.Sub(waitStart.Time),
+			replacedCPU: active.CPU - waitStart.CPU, activeCPU: done.CPU - active.CPU})
 	}
 	evs, err := r.n.Events()
 	if err != nil {
 		b.Fatal(err)
 	}
 	var healthyRec, listenRec, listenDur []time.Duration
-	var cpu, wall time.Duration
+	var cpu, wall, replacedCPU, activeCPU time.Duration
 	for i, s := range samples {
 		h, ok := standinEvent(evs, comp, s.pid, standin.EventHealthy, s.write, s.durable)
 		l, ok2 := standinEvent(evs, comp, s.pid, standin.EventListen, s.write, s.durable)
@@ -107,6 +118,8 @@ func BenchmarkDetection(b *testing.B) {
 		listenRec = append(listenRec, s.record.Sub(l.Time))
 		listenDur = append(listenDur, s.durable.Sub(l.Time))
 		cpu += s.waitCPU
+		replacedCPU += s.replacedCPU
+		activeCPU += s.activeCPU
 		wall += s.waitWall
 	}
 	b.ReportMetric(float64(len(samples)), "replacements")
@@ -119,4 +132,8 @@ func BenchmarkDetection(b *testing.B) {
 	report("listen-record", listenRec)
 	report("listen-durable", listenDur)
 	b.ReportMetric(100*float64(cpu)/float64(wall), "wait-cpu-%")
+	b.ReportMetric(ms(cpu)/float64(len(samples)), "wait-cpu-ms/step")
+	b.ReportMetric(ms(wall)/float64(len(samples)), "wait-ms/step")
+	b.ReportMetric(ms(replacedCPU)/float64(len(samples)), "replaced-cpu-ms/step")
+	b.ReportMetric(ms(activeCPU)/float64(len(samples)), "active-cpu-ms/step")
 }

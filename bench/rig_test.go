@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -18,6 +19,7 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // rig is a test bed node with a journal holding its state and an engine
@@ -138,6 +140,12 @@ func standinEvent(evs []standin.Event, comp string, pid int, kind string, after,
 		}
 	}
 	return out, ok
+}
+
+// run is r.e.Run letting through the pre-flight check that refuses a
+// downgrade: the benchmarks go back and forth between two patch versions.
+func (r *rig) run(rel *engine.Release) (engine.Result, error) {
+	return r.e.RunWith(context.Background(), rel, nil, engine.UpgradeOptions{IgnorePreflight: []string{versions.CheckKubernetesDowngrade}})
 }
 
 // release moves the images named in images to their new references and

@@ -103,11 +103,25 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s processes: %w", want, err)
 	}
+	out, err := s.among(pids, want)
+	if err != nil {
+		return nil, fmt.Errorf("list %s processes: %w", want, err)
+	}
+	return out, nil
+}
+
+// among is PIDs over the given pids instead of the whole table: those of
+// them that run want (a base name) now, within the scope, sorted by pid,
+// each once. It reads what PIDs reads of each, and treats a vanished pid,
+// a zombie and a dead task as gone, any other failure as unknown (an
+// error) the same way.
+func (s *Scanner) among(pids []int, want string) ([]Process, error) {
 	var (
 		out     []Process
 		buf     = make([]byte, 4096)
 		tree    = s.newAncestry()
 		skipped bool // an entry vanished: check the table is still there
+		err     error
 	)
 	for _, pid := range pids {
 		var arg0 []byte
@@ -117,7 +131,7 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 				skipped = true
 				continue
 			}
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 		if len(arg0) == 0 || string(baseName(arg0)) != want {
 			continue
@@ -128,14 +142,14 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 				skipped = true
 				continue
 			}
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 		if st.isGone() {
 			continue
 		}
 		in, err := tree.contains(pid, st.ppid)
 		if err != nil {
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 		if in {
 			out = append(out, Process{PID: pid, StartTicks: st.ticks})
@@ -143,11 +157,11 @@ func (s *Scanner) PIDs(binary string) ([]Process, error) {
 	}
 	if skipped {
 		if err := s.present(); err != nil {
-			return nil, fmt.Errorf("list %s processes: %w", want, err)
+			return nil, err
 		}
 	}
 	slices.SortFunc(out, func(a, b Process) int { return a.PID - b.PID })
-	return out, nil
+	return slices.CompactFunc(out, func(a, b Process) bool { return a.PID == b.PID }), nil
 }
 
 // StartTicks reports when process pid started, in clock ticks since boot
@@ -364,71 +378,4 @@ func parseStat(b []byte) (procStat, error) {
 // process no longer exists.
 func isGone(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
-}
-
-// ancestry answers whether pids lie within a scanner's scopes, caching the
-// parents it reads during one call.
-type ancestry struct {
-	s       *Scanner
-	parents map[int]int // pid -> ppid; -1 once the pid is gone
-	buf     []byte
-}
-
-func (s *Scanner) newAncestry() *ancestry { return &ancestry{s: s} }
-
-// contains reports whether pid, whose parent is ppid, is or descends from
-// every scope pid.
-func (a *ancestry) contains(pid, ppid int) (bool, error) {
-	for _, scope := range a.s.scopes {
-		in, err := a.descends(pid, ppid, scope)
-		if err != nil || !in {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func (a *ancestry) descends(pid, ppid, scope int) (bool, error) {
-	if pid == scope {
-		return true, nil
-	}
-	cur := ppid
-	// pid_max is at most 2^22, so a longer chain is a loop in a fake table.
-	for range 1 << 22 {
-		if cur == scope {
-			return true, nil
-		}
-		if cur <= 0 {
-			return false, nil
-		}
-		next, err := a.parent(cur)
-		if err != nil {
-			return false, err
-		}
-		if next < 0 || next == cur {
-			return false, nil
-		}
-		cur = next
-	}
-	return false, fmt.Errorf("parent chain of pid %d does not end", pid)
-}
-
-func (a *ancestry) parent(pid int) (int, error) {
-	if p, ok := a.parents[pid]; ok {
-		return p, nil
-	}
-	if a.parents == nil {
-		a.parents = make(map[int]int)
-		a.buf = make([]byte, 512)
-	}
-	st, err := a.s.readStat(pid, a.buf)
-	switch {
-	case err != nil && isGone(err):
-		a.parents[pid] = -1
-	case err != nil:
-		return 0, err
-	default:
-		a.parents[pid] = st.ppid
-	}
-	return a.parents[pid], nil
 }

@@ -239,12 +239,12 @@ func TestActivePacer(t *testing.T) {
 		why  error
 		want time.Duration
 	}{
-		{refused, 2 * time.Millisecond},
-		{refused, 2600 * time.Microsecond},
-		{refused, 3380 * time.Microsecond},
+		{refused, 5 * time.Millisecond},
+		{refused, 7500 * time.Microsecond},
+		{refused, 11250 * time.Microsecond},
 		{other, 10 * time.Millisecond},
 		{other, 20 * time.Millisecond},
-		{refused, 2 * time.Millisecond},
+		{refused, 5 * time.Millisecond},
 		{other, 10 * time.Millisecond},
 	} {
 		if got := p(step.why); got != step.want {

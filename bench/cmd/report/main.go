@@ -184,6 +184,7 @@ func Rows(res Results) ([]Row, error) {
 	}
 	n := get("BenchmarkDetection", "replacements")
 	waitCPU := get("BenchmarkUpgrade", "wait-cpu-%")
+	waitCPU2b := get("BenchmarkDetection", "wait-cpu-%")
 	ratio := get("BenchmarkUpgrade", "engine/kubelet")
 	pids, pgrep, pr := get("BenchmarkPIDsCrowded", "pids-ms"), get("BenchmarkPIDsCrowded", "pgrep-ms"), get("BenchmarkPIDsCrowded", "pids/pgrep")
 	procs := get("BenchmarkPIDsCrowded", "procs")
@@ -195,14 +196,19 @@ func Rows(res Results) ([]Row, error) {
 		latency("1b. detection: listener open -> done record", "listen-record"),
 		latency("1c. detection: listener open -> done record fsynced", "listen-durable"),
 		{
-			Metric: "2. CPU while waiting (1 s kubelet delay)",
-			Value:  fmt.Sprintf("%s%% of one core (idle floor %s%%, machine %s forks/s)", num(waitCPU), num(get("BenchmarkUpgrade", "idle-cpu-%")), num(get("BenchmarkUpgrade", "machine-forks/s"))),
+			Metric: "2. CPU while waiting (1 s kubelet start latency)",
+			Value: fmt.Sprintf("%s%% of one core (%s ms CPU a step over %s ms; idle floor %s%%, machine %s forks/s)", num(waitCPU),
+				num(get("BenchmarkUpgrade", "wait-cpu-ms/step")), num(get("BenchmarkUpgrade", "wait-ms/step")),
+				num(get("BenchmarkUpgrade", "idle-cpu-%")), num(get("BenchmarkUpgrade", "machine-forks/s"))),
 			Target: "<= 1%",
 			Met:    waitCPU <= 1,
 		},
 		{
-			Metric: "2b. CPU while waiting (100 ms kubelet delay)",
-			Value:  fmt.Sprintf("%s%% of one core", num(get("BenchmarkDetection", "wait-cpu-%"))),
+			Metric: "2b. CPU while waiting (100 ms kubelet start latency)",
+			Value: fmt.Sprintf("%s%% of one core (%s ms CPU a step over %s ms)", num(waitCPU2b),
+				num(get("BenchmarkDetection", "wait-cpu-ms/step")), num(get("BenchmarkDetection", "wait-ms/step"))),
+			Target: "<= 1%",
+			Met:    waitCPU2b <= 1,
 		},
 		{
 			Metric: fmt.Sprintf("3. whole upgrade: engine / kubelet-bound minimum (%.0f upgrades, %.0f steps)", get("BenchmarkUpgrade", "upgrades"), get("BenchmarkUpgrade", "steps")),

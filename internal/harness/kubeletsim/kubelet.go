@@ -14,7 +14,9 @@
 //     so identical bytes or whitespace change nothing while any semantic
 //     change kills the old pod (SIGTERM, grace, SIGKILL) and starts the new
 //     one only after the old has terminated, held back by kubelet's
-//     pod-worker backoff (StartDelay plus jitter);
+//     pod-worker backoff (StartDelay plus jitter); a pod's containers start
+//     StartLatency after its start is decided (sandbox, image, container
+//     creation);
 //   - restartPolicy with CrashLoopBackOff, $(VAR) expansion, an environment
 //     of the pod's env over the image's ENV plus what the container runtime
 //     adds when neither sets it (PATH, HOSTNAME, HOME), and nothing else.
@@ -89,6 +91,15 @@ type Config struct {
 	// negative value no jitter).
 	StartDelay  time.Duration
 	StartJitter float64
+	// StartLatency is how long every pod start takes from being decided
+	// (no older pod of its name in the way) to its containers' processes
+	// starting: the sandbox, image and container creation of a real
+	// kubelet, about 0.47 s from a manifest write to the new process. The
+	// pod counts as started meanwhile (it holds its name; its containers
+	// are waiting, reason ContainerCreating); one killed meanwhile never
+	// starts a process. 0 (the default) starts them at once. Container
+	// restarts within a running pod do not wait it.
+	StartLatency time.Duration
 	// GraceFloor is the least grace period a kill gets; GraceCap, when
 	// positive, the most (tests lower it below the pod's seconds).
 	GraceFloor time.Duration
@@ -209,7 +220,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 		return fmt.Errorf("kubelet stand-in: %w", err)
 	}
 	k.log.Info("kubelet stand-in started", "manifestDir", k.cfg.ManifestDir, "node", k.cfg.NodeName, "status", k.addr,
-		"relist", k.cfg.RelistInterval, "startDelay", k.cfg.StartDelay, "graceFloor", k.cfg.GraceFloor, "graceCap", k.cfg.GraceCap,
+		"relist", k.cfg.RelistInterval, "startDelay", k.cfg.StartDelay, "startLatency", k.cfg.StartLatency, "graceFloor", k.cfg.GraceFloor, "graceCap", k.cfg.GraceCap,
 		"backoffBase", k.cfg.BackoffBase, "backoffCap", k.cfg.BackoffCap)
 
 	events := make(chan fsnotify.Event, 256)

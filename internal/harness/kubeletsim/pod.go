@@ -22,7 +22,7 @@ const (
 
 // Pod and container states reported by the status endpoint.
 const (
-	StateWaiting     = "waiting"     // not started yet: held back, or its start failed
+	StateWaiting     = "waiting"     // not started yet: held back, being created (StartLatency), or its start failed
 	StateRunning     = "running"     // the process runs
 	StateCrashLoop   = "crashloop"   // exited, waiting out CrashLoopBackOff
 	StateExited      = "exited"      // exited and not restarted (restartPolicy)
@@ -36,8 +36,8 @@ type pod struct {
 	containers       []*container
 	created          time.Time
 	lastChange       time.Time
-	startTimer       *time.Timer
-	held             bool // had to wait for an older pod of its name
+	startTimer       *time.Timer // a held pod's recheck, or its containers' start after StartLatency
+	held             bool        // had to wait for an older pod of its name
 	restartRequested bool
 }
 
@@ -170,9 +170,30 @@ func (k *Kubelet) tryStart(p *pod) {
 		})
 		return
 	}
-	k.log.Info("starting pod", "key", p.src.Key, "uid", p.src.UID, "file", p.src.File, "heldBack", p.held)
+	k.log.Info("starting pod", "key", p.src.Key, "uid", p.src.UID, "file", p.src.File, "heldBack", p.held, "latency", k.cfg.StartLatency)
 	p.phase = phaseRunning
 	p.lastChange = time.Now()
+	if k.cfg.StartLatency > 0 {
+		for _, c := range p.containers {
+			c.reason = "ContainerCreating"
+		}
+		p.startTimer = time.AfterFunc(k.cfg.StartLatency, func() {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			// Killed (or the stand-in stopping) meanwhile: nothing starts.
+			if k.pods[p.src.UID] != p || p.phase != phaseRunning || k.stopping {
+				return
+			}
+			k.startContainers(p)
+		})
+		k.notify()
+		return
+	}
+	k.startContainers(p)
+}
+
+// startContainers starts every container of p, which runs. Called with mu.
+func (k *Kubelet) startContainers(p *pod) {
 	for _, c := range p.containers {
 		k.startContainer(c)
 	}

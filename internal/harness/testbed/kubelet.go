@@ -36,6 +36,7 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 		"--image-map=" + n.ImageMapFile,
 		"--relist=" + d(opts.Relist, time.Second),
 		"--start-delay=" + d(opts.StartDelay, 100*time.Millisecond),
+		"--start-latency=" + opts.StartLatency.String(), // 0 unless set, KubeletTimings or not
 		"--grace-floor=" + d(opts.GraceFloor, 200*time.Millisecond),
 		"--grace-cap=" + d(opts.GraceCap, 5*time.Second),
 		"--backoff-base=" + d(opts.BackoffBase, 500*time.Millisecond),

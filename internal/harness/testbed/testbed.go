@@ -71,6 +71,7 @@ type Options struct {
 	KubeletTimings bool
 	Relist         time.Duration // default 1s
 	StartDelay     time.Duration // default 100ms (jitter 0.5 of it)
+	StartLatency   time.Duration // default 0, KubeletTimings too (kubeletsim.Config.StartLatency; real kubelet ~0.47s)
 	GraceFloor     time.Duration // default 200ms
 	GraceCap       time.Duration // default 5s
 	BackoffBase    time.Duration // default 500ms
