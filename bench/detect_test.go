@@ -55,7 +55,7 @@ const detectLatency = 100 * time.Millisecond
 //
 // The new process is the one the done record names.
 func BenchmarkDetection(b *testing.B) {
-	r := newRig(b, testbed.Options{StartLatency: detectLatency}, engine.Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 50 * time.Millisecond, EtcdBackup: 20 * time.Second})
+	r := newRig(b, testbed.Options{StartLatency: detectLatency}, engine.Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 50 * time.Millisecond, EtcdBackup: 20 * time.Second, Release: benchRelease})
 	const comp = nodestate.Scheduler
 	type sample struct {
 		txn      string
