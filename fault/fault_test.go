@@ -10,10 +10,10 @@ func TestPointsUniqueAndOrdered(t *testing.T) {
 	roster := []string{"etcd", "kube-apiserver"}
 	up := UpgradePoints(roster)
 	rb := RollbackPoints(roster)
-	if got, want := len(up), 6+4*len(roster); got != want {
+	if got, want := len(up), 6+len(Steps)*len(roster); got != want {
 		t.Errorf("%d upgrade points, want %d", got, want)
 	}
-	if got, want := len(rb), 5+4*len(roster); got != want {
+	if got, want := len(rb), 5+len(Steps)*len(roster); got != want {
 		t.Errorf("%d rollback points, want %d", got, want)
 	}
 	all := append(slices.Clone(up), rb...)
@@ -26,6 +26,9 @@ func TestPointsUniqueAndOrdered(t *testing.T) {
 	}
 	if up[3] != "before-write:etcd" || rb[4] != "rollback-before-write:etcd" {
 		t.Errorf("step points: %s, %s", up[3], rb[4])
+	}
+	if up[4] != "after-stop:etcd" || rb[5] != "rollback-after-stop:etcd" {
+		t.Errorf("the stop's points: %s, %s", up[4], rb[5])
 	}
 	for _, p := range Fixed() {
 		if !seen[p] {
