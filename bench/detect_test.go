@@ -9,6 +9,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
+	"github.com/ciq/stratum-upgrade/internal/harness/stats"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -124,9 +125,9 @@ func BenchmarkDetection(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(samples)), "replacements")
 	report := func(name string, ds []time.Duration) {
-		b.ReportMetric(ms(percentile(ds, 0.5)), name+"-p50-ms")
-		b.ReportMetric(ms(percentile(ds, 0.99)), name+"-p99-ms")
-		b.ReportMetric(ms(percentile(ds, 1)), name+"-max-ms")
+		b.ReportMetric(ms(stats.Quantile(ds, 0.5)), name+"-p50-ms")
+		b.ReportMetric(ms(stats.Quantile(ds, 0.99)), name+"-p99-ms")
+		b.ReportMetric(ms(stats.Quantile(ds, 1)), name+"-max-ms")
 	}
 	report("healthy-record", healthyRec)
 	report("listen-record", listenRec)

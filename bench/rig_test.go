@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
+	"github.com/ciq/stratum-upgrade/internal/harness/stats"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -154,18 +153,7 @@ func release(version string, images map[string]string) *engine.Release {
 	return &engine.Release{APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: version, Images: images}
 }
 
-// percentile is the nearest-rank p-th percentile (0 < p <= 1) of ds.
-func percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(p*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // median of ds.
-func median(ds []time.Duration) time.Duration { return percentile(ds, 0.5) }
+func median(ds []time.Duration) time.Duration { return stats.Quantile(ds, 0.5) }

@@ -66,23 +66,6 @@ func TestParseKlogTime(t *testing.T) {
 	}
 }
 
-// TestQuantile: nearest rank, so p90 of ten is the ninth.
-func TestQuantile(t *testing.T) {
-	var ds []time.Duration
-	for i := 10; i >= 1; i-- {
-		ds = append(ds, time.Duration(i)*time.Second)
-	}
-	if got := quantile(ds, 0.9); got != 9*time.Second {
-		t.Errorf("p90 of 1..10 s = %v, want 9s", got)
-	}
-	if got := quantile(ds[:1], 0.9); got != 10*time.Second {
-		t.Errorf("p90 of one = %v, want it", got)
-	}
-	if got := quantile(nil, 0.9); got != 0 {
-		t.Errorf("p90 of none = %v", got)
-	}
-}
-
 // TestSpread: min, median (mean of the middle two for an even count), max.
 func TestSpread(t *testing.T) {
 	s := time.Second

@@ -7,12 +7,13 @@ package e2e
 import (
 	"bufio"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/stats"
 )
 
 // Kubelet's V(4) lines for a terminated pod (docs/kubelet-hold.md, 1):
@@ -186,7 +187,7 @@ func (rep benchReport) markdown() string {
 	for _, row := range rows {
 		ds := rep.intervals("", row.ok, row.f)
 		lo, p50, hi := spread(ds)
-		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %.2f s | %.2f s | %d |\n", row.name, lo.Seconds(), p50.Seconds(), quantile(ds, 0.9).Seconds(), hi.Seconds(), len(ds))
+		fmt.Fprintf(&b, "| %s | %.2f s | %.2f s | %.2f s | %.2f s | %d |\n", row.name, lo.Seconds(), p50.Seconds(), stats.Quantile(ds, 0.9).Seconds(), hi.Seconds(), len(ds))
 	}
 	early := rep.intervals("", released, func(r roundResult) time.Duration { return r.Release.Sub(r.Cg) })
 	n := 0
@@ -243,7 +244,7 @@ func (rep benchReport) replay(b *strings.Builder) {
 		}
 		lo, p50, _ := spread(margin)
 		_, wp, wm := spread(wait)
-		fmt.Fprintf(b, "| %s | %.2f / %.2f / %.2f s | %d of %d | %.2f / %.2f s |\n", s.Name, lo.Seconds(), quantile(margin, 0.1).Seconds(), p50.Seconds(),
+		fmt.Fprintf(b, "| %s | %.2f / %.2f / %.2f s | %d of %d | %.2f / %.2f s |\n", s.Name, lo.Seconds(), stats.Quantile(margin, 0.1).Seconds(), p50.Seconds(),
 			early, len(margin), wp.Seconds(), wm.Seconds())
 	}
 }
@@ -252,17 +253,6 @@ func (rep benchReport) replay(b *strings.Builder) {
 // removed by housekeeping (cleanupOrphanedPodCgroups); the worker's own
 // removal comes within a poll of it.
 const housekeepingEarly = 100 * time.Millisecond
-
-// quantile is the nearest-rank q-quantile of ds (0 for none).
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
 
 func pair(lo, p50 time.Duration, n int) string {
 	if n == 0 {
