@@ -133,6 +133,9 @@ func (u *unreadableProc) PIDs(b string) ([]proc.Process, error) {
 	return u.Kubelet.PIDs(b)
 }
 
+// Arm looks as PIDs does (the embedded model's Arm would not fail).
+func (u *unreadableProc) Arm(t proc.Target) ([]proc.Process, error) { return u.PIDs(t.Binary) }
+
 func (u *unreadableProc) WaitReplaced(ctx context.Context, t proc.Target, m proc.Mark, d time.Duration) error {
 	if u.broken {
 		return fmt.Errorf("waiting for %s to be replaced: timed out after %s; last failure: %w", t.Name, d, u.err())

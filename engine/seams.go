@@ -50,6 +50,11 @@ type Processes interface {
 	// are those that did. An error means the answer is unknown.
 	Replaced(t proc.Target, m proc.Mark) (done bool, stale []proc.Process, err error)
 	WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error
+	// Arm is PIDs(t.Binary) that also readies the next WaitReplaced of t:
+	// it may start from this answer (and what happens after it) instead
+	// of looking at every process again. Arming does not change what that
+	// wait decides.
+	Arm(t proc.Target) ([]proc.Process, error)
 	// PodCgroups is the pod cgroup directories of ps (none when they
 	// cannot be seen); WaitCgroupsGone waits until they are gone.
 	PodCgroups(ps []proc.Process) ([]string, error)

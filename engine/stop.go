@@ -121,7 +121,14 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 	if err := e.awaitRelease(ctx, cgroups, ran); err != nil {
 		return err
 	}
+	// The last look before the write also arms the wait for the
+	// replacement (Processes.Arm): it then starts from this look.
 	for i, comp := range comps {
+		if ps, err := e.procs.Arm(targets[i]); err == nil && len(ps) == 0 {
+			continue
+		}
+		// Running again, or /proc could not be read: WaitGone waits it
+		// out (and retries a failed read until its deadline).
 		if err := e.procs.WaitGone(ctx, targets[i], e.dl.Stop); err != nil {
 			return fmt.Errorf("%s was started again after it was stopped: %w", comp, err)
 		}

@@ -56,6 +56,9 @@ func (l *lateStart) PIDs(b string) ([]proc.Process, error) {
 	return ps, err
 }
 
+// Arm looks as PIDs does (the embedded model's Arm would not see the ghost).
+func (l *lateStart) Arm(t proc.Target) ([]proc.Process, error) { return l.PIDs(t.Binary) }
+
 func (l *lateStart) WaitGone(ctx context.Context, t proc.Target, d time.Duration) error {
 	if t.Binary == l.binary && l.alive() {
 		return fmt.Errorf("waiting for %s to exit: the model does not wait: pid %d runs", t.Name, l.ghost.PID)

@@ -27,6 +27,7 @@ const DefaultCgroupRoot = "/sys/fs/cgroup"
 // tree by hand next to a fake process table.
 func (s *Scanner) WithCgroupRoot(dir string) *Scanner {
 	c := *s
+	c.armed = nil
 	c.cgroupRoot = dir
 	return &c
 }

@@ -21,7 +21,8 @@ import (
 // the procfs of this process's own pid namespace, where the kernel's
 // process events connector is available (root on the host: CAP_NET_ADMIN
 // in the initial namespaces), the wait is driven by events: it subscribes
-// to exec events, scans the whole table once, waits for the processes that
+// to exec events (or takes the subscription Arm kept), scans the whole
+// table once (or starts from what Arm's scan found), waits for the processes that
 // predate m to exit (on pidfds, Linux 5.3 and later), then for the exec of
 // a process whose argv[0] names t.Binary. After such an event it does not
 // scan the table again: it reads only the processes the last check found
@@ -41,10 +42,20 @@ func (s *Scanner) WaitReplaced(ctx context.Context, t Target, m Mark, timeout ti
 		Advice:    kubeletLog,
 		Detail:    fmt.Sprintf("mark: tick %d of boot %s", m.Ticks, m.BootID),
 	}
-	// Subscribed before the first check, so that no exec falls between.
-	w := s.watchExecs()
+	// Subscribed before the first check, so that no exec falls between;
+	// or, after Arm, before Arm's scan, whose answer the first check then
+	// starts from instead of a scan of its own.
+	tr := &tracked{s: s, t: t, m: m, full: true}
+	if a := s.takeArmed(t.Binary); a != nil {
+		tr.w, tr.known, tr.full, tr.sameBoot = a.w, a.known, false, a.bootID == m.BootID
+		// The execs since Arm wait in the socket: read them (their pids,
+		// or that some were lost) before the first check.
+		tr.w.relevant(s, tr.binary())
+	} else {
+		tr.w = s.watchExecs()
+	}
+	w := tr.w
 	defer w.close()
-	tr := &tracked{s: s, t: t, m: m, w: w, full: true}
 	var (
 		answered bool // the last check read /proc: its failure is an answer
 		polled   = backoffPacer()

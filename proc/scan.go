@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
@@ -30,6 +31,10 @@ type Scanner struct {
 	bootIDOverride string
 	// cgroupRoot, when set by WithCgroupRoot, replaces DefaultCgroupRoot.
 	cgroupRoot string
+	// armed holds the exec subscriptions Arm kept, by binary base name
+	// (guarded by armedMu). A copy of the Scanner (Within, WithBootID,
+	// WithCgroupRoot) starts with none: its view of the table differs.
+	armed map[string]*armedWatch
 }
 
 // WithBootID returns a copy of s that reports id as the current boot id
@@ -38,6 +43,7 @@ type Scanner struct {
 // must treat every process as new, exactly as after a real reboot.
 func (s *Scanner) WithBootID(id string) *Scanner {
 	c := *s
+	c.armed = nil
 	c.bootIDOverride = id
 	return &c
 }
@@ -62,6 +68,11 @@ var host = sync.OnceValue(func() *Scanner {
 	return &Scanner{root: procfs.DefaultMountPoint, live: isLive(procfs.DefaultMountPoint)}
 })
 
+// tableScans counts the scans of a whole process table (list), so that a
+// test can tell a wait that started from Arm's answer from one that
+// scanned again.
+var tableScans atomic.Uint64
+
 // Host returns the Scanner of the host's /proc, created once. It is not
 // checked the way NewScanner checks its root: if /proc cannot be read, every
 // call on it reports that as an error.
@@ -81,6 +92,7 @@ func isLive(root string) bool {
 // for it); Mark is unaffected.
 func (s *Scanner) Within(pid int) *Scanner {
 	c := *s
+	c.armed = nil
 	c.scopes = append(slices.Clip(s.scopes), pid)
 	return &c
 }
@@ -217,6 +229,7 @@ func (s *Scanner) present() error {
 
 // list returns the pids in the process table (numeric entries of root).
 func (s *Scanner) list() ([]int, error) {
+	tableScans.Add(1)
 	fs, err := procfs.NewFS(s.root)
 	if err != nil {
 		return nil, err

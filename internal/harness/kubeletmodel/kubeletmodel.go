@@ -505,6 +505,9 @@ func (k *Kubelet) Replaced(t proc.Target, m proc.Mark) (bool, []proc.Process, er
 	return len(ps) > 0 && len(stale) == 0, stale, nil
 }
 
+// Arm is PIDs: the model's WaitReplaced has nothing to ready.
+func (k *Kubelet) Arm(t proc.Target) ([]proc.Process, error) { return k.PIDs(t.Binary) }
+
 // WaitGone checks, after the sync, that no process of t.Binary runs.
 func (k *Kubelet) WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error {
 	return done(ctx, t.Name+" to exit", timeout, k.await(func() error {
