@@ -74,7 +74,8 @@ func checkRoster(st *nodestate.NodeState, name string) error {
 // it reads no file, no clock and no environment, and iterates no map
 // unordered, so the same inputs always give the same pod (and Encode the
 // same bytes). restartedAt is RestartedAtAnnotation's value; "" renders no
-// such annotation.
+// such annotation. Every pod carries InputsAnnotation, the hash of its
+// start-only input files as prof.Inputs holds them.
 //
 // It is an error to ask for a name outside NamesFor(st) (the error names the
 // roster), for a component with no image in st, for an invalid st, and for
@@ -118,10 +119,11 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 	case nodestate.KubeVIP:
 		pod = kubeVIPPod(st)
 	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[InputsAnnotation] = prof.Inputs.hash(inputPaths(st, name, v))
 	if restartedAt != "" {
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
 		pod.Annotations[RestartedAtAnnotation] = restartedAt
 	}
 	return pod, nil
