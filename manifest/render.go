@@ -151,7 +151,9 @@ func RenderBytes(st *nodestate.NodeState, prof Profile, name, restartedAt string
 // MatchesRender reports whether b, a manifest as on disk, is exactly the
 // render of component name from st, with b's own restarted-at stamp (a
 // restart changes only that). False means it was edited by hand (or is
-// another node state's, or does not decode): `status` shows it as
+// another node state's, or does not decode), or that a start-only input
+// file changed since it was written (InputsOnly tells that case apart:
+// `status` shows it as "inputs-changed"); otherwise `status` shows it as
 // "differs", and `plan` says the upgrade puts it back.
 func MatchesRender(st *nodestate.NodeState, name string, b []byte) bool {
 	pod, err := DecodePod(b)
