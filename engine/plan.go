@@ -62,6 +62,24 @@ type Change struct {
 	// Released: the release changes the component's render. A change that
 	// is EditedByHand and not Released only undoes the edit.
 	Released bool
+	// InputsChanged: Before is the render of the node state the
+	// transaction starts from but for manifest.InputsAnnotation (a
+	// start-only input file changed since it was written, or it predates
+	// the annotation): the write restarts the component on the files as
+	// they are now. Such a change is not EditedByHand.
+	InputsChanged bool
+}
+
+// InputsChanged is the changing components whose start-only input files
+// changed since their manifest was written, in roster order.
+func (p *Plan) InputsChanged() []string {
+	var out []string
+	for _, c := range p.Changes {
+		if c.InputsChanged {
+			out = append(out, c.Component)
+		}
+	}
+	return out
 }
 
 // EditedByHand is the changing components whose manifest on disk was
@@ -182,11 +200,21 @@ func planChanges(store Manifests, st, to *nodestate.NodeState) (*Plan, error) {
 			if prev, err := renderOf(st, comp, stamp); err == nil {
 				c.Released = !bytes.Equal(prev, after)
 			}
-			c.EditedByHand = before != nil && !manifest.MatchesRender(st, comp, before)
+			if before != nil && !manifest.MatchesRender(st, comp, before) {
+				c.InputsChanged = inputsOnly(st, comp, before)
+				c.EditedByHand = !c.InputsChanged
+			}
 		}
 		plan.Changes = append(plan.Changes, c)
 	}
 	return plan, nil
+}
+
+// inputsOnly reports whether before differs from comp's render from st
+// in manifest.InputsAnnotation alone.
+func inputsOnly(st *nodestate.NodeState, comp string, before []byte) bool {
+	prof, err := manifest.LoadProfile(st)
+	return err == nil && manifest.InputsOnly(st, prof, comp, before)
 }
 
 // renderOf is comp's manifest rendered from st with restarted-at stamp.

@@ -159,7 +159,7 @@ func kubeVIPPod(st *nodestate.NodeState) *corev1.Pod {
 	if ip := net.ParseIP(st.VIP.Address); ip != nil && ip.To4() == nil {
 		cidr = "128"
 	}
-	kubeconfig := filepath.Join(st.KubeconfigDir, "admin.conf")
+	kubeconfig := kubeVIPKubeconfig(st)
 	// An empty prometheus_server env does not turn the metrics server off
 	// (kube-vip applies the variable only when it is non-empty, over the
 	// flag's ":2112" default); the empty flag does.

@@ -14,12 +14,17 @@ import (
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
-// Profile holds the contents of a node profile's files, as read by
-// LoadProfile. It is the only input of Render besides the node state that
-// comes from disk, so Render itself never reads a file: the same state and
-// the same Profile always render the same bytes.
+// Profile holds the contents of a node profile's files and the digests of
+// the components' start-only input files, as read by LoadProfile. It is the
+// only input of Render besides the node state that comes from disk, so
+// Render itself never reads a file: the same state and the same Profile
+// always render the same bytes.
 //
-// For the default profile both fields are nil. For the cis profile
+// Inputs is what LoadInputs found for every start-only input file of the
+// roster; Render hashes it into InputsAnnotation, and a path Inputs lacks
+// hashes as absent.
+//
+// For the default profile the other fields are nil. For the cis profile
 // AuditPolicy is the audit policy file the apiserver's --audit-policy-file
 // names, and AdmissionConfig is the AdmissionConfiguration file that
 // DerivedFiles merges over the profile's built-in plugin configuration.
@@ -32,12 +37,14 @@ type Profile struct {
 	AuditPolicy     []byte
 	AdmissionConfig []byte
 	AdmissionPaths  map[string][]byte
+	Inputs          Inputs
 }
 
-// LoadProfile reads the files st.Profile names, and the files the admission
-// file's plugins name with path:. It does not follow a symlink at a file's
-// last element (durable.ReadRegular). A default profile yields an empty
-// Profile without touching the disk.
+// LoadProfile reads the files st.Profile names, the files the admission
+// file's plugins name with path:, and (LoadInputs) the start-only input
+// files of every component. It does not follow a symlink at a file's last
+// element (durable.ReadRegular). A default profile reads only the input
+// files.
 //
 // Both cis files are checked before they are returned: the audit policy
 // must be an audit.k8s.io/v1 Policy and the admission file a well-formed
@@ -45,6 +52,20 @@ type Profile struct {
 // them only when it starts and a bad one would leave it crash-looping.
 // Every error names the node state field and the file.
 func LoadProfile(st *nodestate.NodeState) (Profile, error) {
+	in, err := LoadInputs(st)
+	if err != nil {
+		return Profile{}, err
+	}
+	p, err := loadProfileFiles(st)
+	if err != nil {
+		return Profile{}, err
+	}
+	p.Inputs = in
+	return p, nil
+}
+
+// loadProfileFiles is LoadProfile but for the input files.
+func loadProfileFiles(st *nodestate.NodeState) (Profile, error) {
 	switch st.Profile.Name {
 	case nodestate.ProfileDefault, "":
 		return Profile{}, nil

@@ -74,7 +74,8 @@ func checkRoster(st *nodestate.NodeState, name string) error {
 // it reads no file, no clock and no environment, and iterates no map
 // unordered, so the same inputs always give the same pod (and Encode the
 // same bytes). restartedAt is RestartedAtAnnotation's value; "" renders no
-// such annotation.
+// such annotation. Every pod carries InputsAnnotation, the hash of its
+// start-only input files as prof.Inputs holds them.
 //
 // It is an error to ask for a name outside NamesFor(st) (the error names the
 // roster), for a component with no image in st, for an invalid st, and for
@@ -118,10 +119,11 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 	case nodestate.KubeVIP:
 		pod = kubeVIPPod(st)
 	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[InputsAnnotation] = prof.Inputs.hash(inputPaths(st, name, v))
 	if restartedAt != "" {
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
 		pod.Annotations[RestartedAtAnnotation] = restartedAt
 	}
 	return pod, nil
@@ -149,7 +151,9 @@ func RenderBytes(st *nodestate.NodeState, prof Profile, name, restartedAt string
 // MatchesRender reports whether b, a manifest as on disk, is exactly the
 // render of component name from st, with b's own restarted-at stamp (a
 // restart changes only that). False means it was edited by hand (or is
-// another node state's, or does not decode): `status` shows it as
+// another node state's, or does not decode), or that a start-only input
+// file changed since it was written (InputsOnly tells that case apart:
+// `status` shows it as "inputs-changed"); otherwise `status` shows it as
 // "differs", and `plan` says the upgrade puts it back.
 func MatchesRender(st *nodestate.NodeState, name string, b []byte) bool {
 	pod, err := DecodePod(b)

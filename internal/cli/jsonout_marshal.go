@@ -22,11 +22,12 @@ func (f finalLine) MarshalJSON() ([]byte, error) {
 
 // planChangeJSON is one manifest plan would change.
 type planChangeJSON struct {
-	Component    string `json:"component"`
-	Path         string `json:"path"`
-	New          bool   `json:"new"`
-	EditedByHand bool   `json:"editedByHand"`
-	Diff         string `json:"diff"`
+	Component     string `json:"component"`
+	Path          string `json:"path"`
+	New           bool   `json:"new"`
+	EditedByHand  bool   `json:"editedByHand"`
+	InputsChanged bool   `json:"inputsChanged"`
+	Diff          string `json:"diff"`
 }
 
 // MarshalJSON writes plan's output (docs/schemas/plan.json) with every

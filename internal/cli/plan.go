@@ -122,8 +122,11 @@ type planChange struct {
 	New       bool   `json:"new,omitempty"`
 	// EditedByHand: the manifest on disk is not the render of the node
 	// state (status shows "differs"); the upgrade puts the render back.
-	EditedByHand bool   `json:"editedByHand"`
-	Diff         string `json:"diff"`
+	EditedByHand bool `json:"editedByHand"`
+	// InputsChanged: a file the component reads only at start changed
+	// since its manifest was written (manifest.InputsAnnotation).
+	InputsChanged bool   `json:"inputsChanged"`
+	Diff          string `json:"diff"`
 }
 
 // planHeader is the text plan prints above the diffs: what the upgrade
@@ -137,6 +140,13 @@ func planHeader(plan *engine.Plan) []string {
 		out = append(out, fmt.Sprintf("upgrade %s -> %s changes no component's render: the node already runs this release", from, to))
 	} else {
 		out = append(out, fmt.Sprintf("upgrade %s -> %s changes %d manifest(s): %s", from, to, len(released), list(released)))
+	}
+	for _, comp := range plan.InputsChanged() {
+		line := fmt.Sprintf("start-only inputs changed: %s reads its files only at start; the write restarts it on them as they are now", comp)
+		if paths, err := manifest.InputPaths(plan.From, comp); err == nil {
+			line = fmt.Sprintf("start-only inputs changed: %s reads %s only at start; the write restarts it on the files as they are now", comp, strings.Join(paths, ", "))
+		}
+		out = append(out, line)
 	}
 	if len(edited) > 0 {
 		out = append(out, fmt.Sprintf("edited by hand: %s (not the render of the node state: status shows \"differs\"); the upgrade writes the render back, undoing the edits the diffs below show", list(edited)))
@@ -191,7 +201,7 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 		// Unified diff with 3 lines of context, as diff -u: "--- from",
 		// "+++ to", hunks; a new manifest diffs from /dev/null.
 		d := udiff.Unified(from, path+"\t(release "+rel.KubernetesVersion+")", string(c.Before), string(c.After))
-		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, Diff: d})
+		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, InputsChanged: c.InputsChanged, Diff: d})
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
 	if g.json() {

@@ -24,7 +24,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Long: `status shows the open transaction and its phase (or the last one), and for
 every component of the node's roster: whether its manifest is present and
 matches the render of the node state ("rendered"), of an open upgrade's target
-state ("target"), neither ("differs") or is "missing"; the pids and start ticks
+state ("target"), the render but for a file the component reads only at start
+that changed since ("inputs-changed"), none of these ("differs") or is
+"missing"; the pids and start ticks
 of its processes; and whether it answers its health endpoint ("active"). It
 lists stray files in the manifest directory.
 
@@ -52,8 +54,9 @@ type componentStatus struct {
 	// InRoster is null when the roster is unknown (journal locked).
 	InRoster *bool  `json:"inRoster"`
 	Path     string `json:"path"`
-	// Manifest is rendered, target, differs, missing, present (not compared:
-	// the journal is locked) or unreadable.
+	// Manifest is rendered, target, inputs-changed (the render but for a
+	// start-only input file that changed since), differs, missing, present
+	// (not compared: the journal is locked) or unreadable.
 	Manifest string `json:"manifest"`
 	// Health is the endpoint active is checked on; null when the component
 	// is in no known roster or has none (kube-vip: its process running is
@@ -192,6 +195,8 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 			c.Manifest = "rendered"
 		} else if target != nil && matchesRender(target, name, b) {
 			c.Manifest = "target"
+		} else if inputsChanged(st, name, b) {
+			c.Manifest = "inputs-changed"
 		}
 	}
 	if !inRoster && c.Manifest == "missing" {
@@ -230,6 +235,14 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 // restarted-at stamp b carries.
 func matchesRender(st *nodestate.NodeState, name string, b []byte) bool {
 	return manifest.MatchesRender(st, name, b)
+}
+
+// inputsChanged reports whether b is the render of name from st but for
+// its inputs annotation: a file the component reads only at start changed
+// since b was written (manifest.InputsOnly).
+func inputsChanged(st *nodestate.NodeState, name string, b []byte) bool {
+	prof, err := manifest.LoadProfile(st)
+	return err == nil && manifest.InputsOnly(st, prof, name, b)
 }
 
 func yesNo(b bool) string {
