@@ -212,7 +212,7 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 		fmt.Fprintln(w, l)
 	}
 	if rep.EtcdBackup {
-		fmt.Fprintf(w, "etcd's image changes: run takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", g.dl.EtcdBackup)
+		fmt.Fprintf(w, "etcd's manifest changes: run takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", g.dl.EtcdBackup)
 	}
 	for _, c := range rep.Changes {
 		fmt.Fprintln(w)
