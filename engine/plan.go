@@ -179,6 +179,9 @@ func planChanges(store Manifests, st, to *nodestate.NodeState) (*Plan, error) {
 	}
 	plan := &Plan{From: st, To: to, Derived: derived}
 	fromRoster := manifest.NamesFor(st)
+	// st's files are read once for every component: each load reads every
+	// start-only input file of the roster.
+	fromProf, fromErr := manifest.LoadProfile(st)
 	for _, comp := range manifest.NamesFor(to) {
 		before, stamp, err := onDisk(store, comp)
 		if err != nil {
@@ -195,35 +198,25 @@ func planChanges(store Manifests, st, to *nodestate.NodeState) (*Plan, error) {
 		if slices.Contains(fromRoster, comp) {
 			// The release changes the component when after differs from
 			// what the node state renders now, with the same stamp; the
-			// file was edited by hand when it is not that render (as
-			// status's "differs").
-			if prev, err := renderOf(st, comp, stamp); err == nil {
+			// file was edited by hand when it is not that render (stamp is
+			// before's own, so this is manifest.MatchesRender, as status's
+			// "differs"), unless only its start-only inputs moved.
+			var prev []byte
+			err := fromErr
+			if err == nil {
+				prev, err = manifest.RenderBytes(st, fromProf, comp, stamp)
+			}
+			if err == nil {
 				c.Released = !bytes.Equal(prev, after)
 			}
-			if before != nil && !manifest.MatchesRender(st, comp, before) {
-				c.InputsChanged = inputsOnly(st, comp, before)
+			if before != nil && (err != nil || !bytes.Equal(prev, before)) {
+				c.InputsChanged = fromErr == nil && manifest.InputsOnly(st, fromProf, comp, before)
 				c.EditedByHand = !c.InputsChanged
 			}
 		}
 		plan.Changes = append(plan.Changes, c)
 	}
 	return plan, nil
-}
-
-// inputsOnly reports whether before differs from comp's render from st
-// in manifest.InputsAnnotation alone.
-func inputsOnly(st *nodestate.NodeState, comp string, before []byte) bool {
-	prof, err := manifest.LoadProfile(st)
-	return err == nil && manifest.InputsOnly(st, prof, comp, before)
-}
-
-// renderOf is comp's manifest rendered from st with restarted-at stamp.
-func renderOf(st *nodestate.NodeState, comp, stamp string) ([]byte, error) {
-	prof, err := manifest.LoadProfile(st)
-	if err != nil {
-		return nil, err
-	}
-	return manifest.RenderBytes(st, prof, comp, stamp)
 }
 
 // onDisk is comp's manifest bytes and restarted-at stamp as on disk; both
