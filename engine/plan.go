@@ -73,33 +73,26 @@ type Change struct {
 // InputsChanged is the changing components whose start-only input files
 // changed since their manifest was written, in roster order.
 func (p *Plan) InputsChanged() []string {
-	var out []string
-	for _, c := range p.Changes {
-		if c.InputsChanged {
-			out = append(out, c.Component)
-		}
-	}
-	return out
+	return p.components(func(c Change) bool { return c.InputsChanged })
 }
 
 // EditedByHand is the changing components whose manifest on disk was
 // edited by hand, in roster order.
 func (p *Plan) EditedByHand() []string {
-	var out []string
-	for _, c := range p.Changes {
-		if c.EditedByHand {
-			out = append(out, c.Component)
-		}
-	}
-	return out
+	return p.components(func(c Change) bool { return c.EditedByHand })
 }
 
 // Released is the components whose render the release changes, in roster
 // order.
 func (p *Plan) Released() []string {
+	return p.components(func(c Change) bool { return c.Released })
+}
+
+// components is the changing components keep holds for, in roster order.
+func (p *Plan) components(keep func(Change) bool) []string {
 	var out []string
 	for _, c := range p.Changes {
-		if c.Released {
+		if keep(c) {
 			out = append(out, c.Component)
 		}
 	}
