@@ -118,31 +118,61 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 // journaled with the transaction (journal.Txn.IgnoredChecks) and each is
 // reported as a "preflight" event.
 func (e *Engine) RunWith(ctx context.Context, rel *Release, raw []byte, opts UpgradeOptions) (Result, error) {
+	return e.change(ctx, true, raw, func() (*Plan, error) { return e.PlanWith(ctx, rel, opts) })
+}
+
+// PlanState computes what applying the node state to would do (PlanState
+// against the persisted node state), writing nothing.
+func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts UpgradeOptions) (*Plan, error) {
+	st, err := e.j.NodeState()
+	if err != nil {
+		return nil, err
+	}
+	return PlanState(ctx, e.store, e.procs, st, to, opts)
+}
+
+// Apply changes the node to the node state to as one transaction, as Run
+// does for a release (Run is Apply of the release applied to the node
+// state): snapshot, the changed components in roster order with the waits,
+// verify and soak, then commit, which makes to the persisted node state,
+// or roll back, which leaves the node state as it was. It returns and is
+// refused as Run is; a field no transaction can change is refused with a
+// *StateChangeError, nothing written. The transaction is of kind upgrade,
+// with no release.
+func (e *Engine) Apply(ctx context.Context, to *nodestate.NodeState, opts UpgradeOptions) (Result, error) {
+	return e.change(ctx, false, nil, func() (*Plan, error) { return e.PlanState(ctx, to, opts) })
+}
+
+// change begins and drives the transaction of the plan that plan returns,
+// once no transaction is open. upgrade says a release's run (not a node
+// state's apply); raw is the release file it was given, journaled as the
+// transaction's Release.
+func (e *Engine) change(ctx context.Context, upgrade bool, raw []byte, plan func() (*Plan, error)) (Result, error) {
 	if open, err := e.j.OpenTxn(); err != nil {
 		return Result{}, err
 	} else if open != nil {
 		return Result{}, openTxnError(open)
 	}
-	plan, err := e.PlanWith(ctx, rel, opts)
+	p, err := plan()
 	if err != nil {
 		return Result{}, err
 	}
-	from, err := plan.From.Marshal()
+	from, err := p.From.Marshal()
 	if err != nil {
 		return Result{}, err
 	}
-	to, err := plan.To.Marshal()
+	to, err := p.To.Marshal()
 	if err != nil {
 		return Result{}, err
 	}
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: plan.Changed(), Targets: plan.Targets(), IgnoredChecks: ignoredChecks(plan.Ignored)})
+	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
 	if err != nil {
 		return Result{}, err
 	}
-	for _, f := range plan.Ignored {
+	for _, f := range p.Ignored {
 		e.event(txn.ID, journal.PhasePlanned, "preflight", f.Component, "", fmt.Sprintf("warning: pre-flight check %s failed and is ignored (--ignore-preflight-errors): %s", f.Check, f.Message))
 	}
-	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("upgrade to %s: %s change", plan.To.KubernetesVersion, strings.Join(plan.Changed(), ", ")))
+	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", describe(p, upgrade))
 	e.hit(fault.AfterBegin)
 	return e.drive(ctx, &txn)
 }

@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -121,37 +120,17 @@ func PlanUpgrade(ctx context.Context, store Manifests, procs Processes, st *node
 	if err := CheckIgnore(opts.IgnorePreflight); err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, procs: procs}
 	to, err := rel.Apply(st)
 	if err != nil {
 		return nil, err
 	}
-	findings := versions.UpgradePath(st, to)
-	plan, err := planChanges(store, st, to)
+	pf := preflight{ignore: opts.IgnorePreflight, procs: procs, subject: "release " + rel.KubernetesVersion}
+	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
-		// A target the rules refuse may not render at all (an
-		// unsupported version): the refusal says why.
-		if _, perr := pf.settle(rel, findings); perr != nil {
-			return nil, perr
-		}
 		return nil, err
 	}
 	if len(plan.Changes) == 0 {
 		return nil, fmt.Errorf("%w: release %s changes no manifest of this node (it is already at those images)", ErrNothingToDo, rel.KubernetesVersion)
-	}
-	etcdChanges := slices.Contains(plan.Changed(), nodestate.Etcd)
-	if etcdChanges {
-		if f := pf.etcdHealth(ctx, st); f != nil {
-			findings = append(findings, *f)
-		}
-	}
-	if plan.Ignored, err = pf.settle(rel, findings); err != nil {
-		return nil, err
-	}
-	if etcdChanges && st.SingleMember() {
-		if err := etcddata.CheckDataDir(st); err != nil {
-			return nil, fmt.Errorf("release %s changes etcd, but a rollback could not restore etcd's data: %w", rel.KubernetesVersion, err)
-		}
 	}
 	return plan, nil
 }

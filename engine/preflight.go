@@ -55,14 +55,15 @@ var ErrPreflight = errors.New("pre-flight checks failed")
 // anything was written: every failed check that was not ignored, and the
 // ignored ones (to be shown as warnings).
 type PreflightError struct {
-	Release string
+	// Subject is what was refused: "release v1.37.2", "node state v1.36.3".
+	Subject string
 	Failed  []versions.Finding
 	Ignored []versions.Finding
 }
 
 func (e *PreflightError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "release %s refused by %d pre-flight check(s); nothing was written:", e.Release, len(e.Failed))
+	fmt.Fprintf(&b, "%s refused by %d pre-flight check(s); nothing was written:", e.Subject, len(e.Failed))
 	for _, f := range e.Failed {
 		b.WriteString("\n\t[ERROR " + f.Check + "] " + f.Message)
 	}
@@ -80,11 +81,15 @@ type UpgradeOptions struct {
 	IgnorePreflight []string
 }
 
-// preflight is how PlanUpgrade runs the checks.
+// preflight is how planTo runs the checks.
 type preflight struct {
 	ignore []string
 	// procs answers EtcdHealth; nil fails it as unknown.
 	procs Processes
+	// subject names the target in a refusal: "release v1.37.2".
+	subject string
+	// state: the target is a node state (apply), not a release (run).
+	state bool
 }
 
 func (p preflight) ignores(check string) bool {
@@ -97,22 +102,26 @@ func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *ver
 	fail := func(format string, a ...any) *versions.Finding {
 		return &versions.Finding{Check: CheckEtcdHealth, Component: nodestate.Etcd, Message: fmt.Sprintf(format, a...)}
 	}
+	what, again := "the release", "run the same release again"
+	if p.state {
+		what, again = "the node state", "apply the same node state again"
+	}
 	t, err := manifest.Target(st, nodestate.Etcd)
 	if err != nil {
-		return fail("etcd's health endpoint is unknown (%v): the release changes etcd, which is upgraded only while it answers", err)
+		return fail("etcd's health endpoint is unknown (%v): %s changes etcd, which is changed only while it answers", err, what)
 	}
 	if p.procs == nil {
-		return fail("etcd's health cannot be checked here (no process scanner): the release changes etcd, which is upgraded only while it answers")
+		return fail("etcd's health cannot be checked here (no process scanner): %s changes etcd, which is changed only while it answers", what)
 	}
 	if !p.procs.Active(ctx, t) {
-		return fail("etcd does not answer %s: the release changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then run the same release again", t.Health)
+		return fail("etcd does not answer %s: %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then %s", t.Health, what, again)
 	}
 	return nil
 }
 
 // settle splits the findings into failed and ignored ones, and returns the
 // refusal, or nil when every failure was ignored.
-func (p preflight) settle(rel *Release, findings []versions.Finding) ([]versions.Finding, error) {
+func (p preflight) settle(findings []versions.Finding) ([]versions.Finding, error) {
 	var failed, ignored []versions.Finding
 	for _, f := range findings {
 		if p.ignores(f.Check) {
@@ -122,7 +131,7 @@ func (p preflight) settle(rel *Release, findings []versions.Finding) ([]versions
 		}
 	}
 	if len(failed) > 0 {
-		return ignored, &PreflightError{Release: rel.KubernetesVersion, Failed: failed, Ignored: ignored}
+		return ignored, &PreflightError{Subject: p.subject, Failed: failed, Ignored: ignored}
 	}
 	return ignored, nil
 }

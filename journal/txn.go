@@ -76,7 +76,8 @@ type Txn struct {
 	// to the state it commits.
 	From []byte `json:"from,omitempty"`
 	To   []byte `json:"to,omitempty"`
-	// Release is the release file as given (upgrade).
+	// Release is the release file a run was given; empty when the
+	// transaction applies a node state (apply --state).
 	Release []byte `json:"release,omitempty"`
 	// Source is the retained snapshot directory a rollback-last puts back.
 	Source string `json:"source,omitempty"`
