@@ -31,8 +31,9 @@ type commandConventions struct {
 	// exits are the exit codes the command can return.
 	exits []int
 	// required is the flag the command cannot run without and its
-	// placeholder; argFlag the flag a positional argument belongs to.
-	required, placeholder string
+	// placeholder; argFlag the flag a positional argument belongs to. or
+	// is a flag that may be given instead of required.
+	required, placeholder, or string
 	// noArgs: the command takes no positional argument.
 	noArgs  bool
 	example string
@@ -45,13 +46,18 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
 	"render": {group: "setup", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
   stratum-upgrade render`},
-	"plan": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "to", placeholder: "RELEASE", example: `  # Show what an upgrade would change; nothing is written.
+	"plan": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "to", placeholder: "RELEASE", or: "state", example: `  # Show what an upgrade would change; nothing is written.
   stratum-upgrade plan --to release-v1.34.5.yaml
-  stratum-upgrade plan --to release-v1.34.5.yaml --ignore-preflight-errors=EtcdHealth`},
+  stratum-upgrade plan --to release-v1.34.5.yaml --ignore-preflight-errors=EtcdHealth
+  # Show what a new node state would change (an extra arg, the cis profile).
+  stratum-upgrade plan --state /etc/stratum/node.yaml`},
 	"run": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "to", placeholder: "RELEASE", example: `  # Upgrade the node; any failure rolls it back.
   stratum-upgrade run --to release-v1.34.5.yaml
   # A longer soak, and metrics for node_exporter's textfile collector.
   stratum-upgrade run --to release-v1.34.5.yaml --soak 2m --metrics-file /var/lib/node_exporter/stratum-upgrade.prom`},
+	"apply": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "state", placeholder: "FILE", example: `  # Change the node state as one transaction (plan --state shows the diff first).
+  stratum-upgrade plan --state /etc/stratum/node.yaml
+  stratum-upgrade apply --state /etc/stratum/node.yaml`},
 	"resume": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Continue an interrupted transaction (the boot unit runs this after kubelet).
   stratum-upgrade resume
   # The boot step before kubelet: sweep staging leftovers, wait for nothing.
@@ -110,7 +116,7 @@ func (g *globals) conventions(root *cobra.Command) {
 		}
 		switch {
 		case cc.required != "":
-			g.requireFlag(cmd, cc.required, cc.placeholder)
+			g.requireFlag(cmd, cc.required, cc.placeholder, cc.or)
 		case cc.noArgs:
 			cmd.Args = noArgs
 		}
@@ -133,8 +139,9 @@ func find(root *cobra.Command, name string) *cobra.Command {
 
 // requireFlag makes flag (e.g. --to RELEASE) required, with one message
 // for every command ("run: --to RELEASE is required"), and a positional
-// argument a mistake that names the flag it belongs to.
-func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder string) {
+// argument a mistake that names the flag it belongs to. With or set, that
+// flag given instead satisfies the requirement.
+func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder, or string) {
 	usageText := fmt.Sprintf("--%s %s", flag, placeholder)
 	what := cmd.Flags().Lookup(flag).Usage
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
@@ -147,8 +154,14 @@ func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder string) {
 		return cmdLineErrorf("%s takes no arguments (got %s); the %s is given with %s", cmd.Name(), strings.Join(args, " "), what, usageText)
 	}
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
-		if v, _ := cmd.Flags().GetString(flag); v == "" {
+		if v, _ := cmd.Flags().GetString(flag); v != "" {
+			return nil
+		}
+		if or == "" {
 			return &ranError{cmdLineErrorf("%s: %s is required: the %s", cmd.Name(), usageText, what)}
+		}
+		if v, _ := cmd.Flags().GetString(or); v == "" {
+			return &ranError{cmdLineErrorf("%s: %s or --%s FILE is required: the %s, or the %s", cmd.Name(), usageText, or, what, cmd.Flags().Lookup(or).Usage)}
 		}
 		return nil
 	}

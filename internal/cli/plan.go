@@ -75,16 +75,17 @@ func (g *globals) preflightRefused(err error) {
 }
 
 func newPlanCmd(g *globals) *cobra.Command {
-	var to string
+	var to, state string
 	var ignore []string
 	cmd := &cobra.Command{
-		Use:   "plan --to RELEASE",
-		Short: "Show the unified diff of every manifest an upgrade to RELEASE would change; nothing is written",
-		Long: `plan computes what 'run --to RELEASE' would do against the persisted node state
-and the manifests on disk, and prints a unified diff of each manifest that would
-change, in roster order. It writes nothing: not the journal (opened read-only),
-not the manifest directory. A release that changes nothing prints "nothing to
-do" and exits 0. It is refused while a transaction is open.
+		Use:   "plan (--to RELEASE | --state FILE)",
+		Short: "Show the unified diff of every manifest an upgrade to RELEASE (or a new node state) would change; nothing is written",
+		Long: `plan computes what 'run --to RELEASE' (or 'apply --state FILE') would do
+against the persisted node state and the manifests on disk, and prints a unified
+diff of each manifest that would change, in roster order. It writes nothing: not
+the journal (opened read-only), not the manifest directory. A release or state
+that changes nothing prints "nothing to do" and exits 0. It is refused while a
+transaction is open.
 
 Before the diff, plan runs the pre-flight checks run would run (upgrade paths,
 version skew, etcd's health when etcd changes; docs/cli.md): a failed check
@@ -96,10 +97,17 @@ refuses the release (exit 1) and says which release would be valid.
 			if err != nil {
 				return err
 			}
+			switch {
+			case to != "" && state != "":
+				return cmdLineErrorf("plan: --to and --state are exclusive: plan an upgrade to a release, or a new node state")
+			case state != "":
+				return g.runPlanState(state, opts)
+			}
 			return g.runPlan(to, opts)
 		}),
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	cmd.Flags().StringVar(&state, "state", "", "node state file (YAML, kind NodeState) to plan instead of a release")
 	preflightFlag(cmd, &ignore)
 	return cmd
 }
@@ -132,14 +140,19 @@ type planChange struct {
 // planHeader is the text plan prints above the diffs: what the upgrade
 // changes, and which manifests were edited by hand (they differ from the
 // render of the node state, as status's "differs") and are put back.
-func planHeader(plan *engine.Plan) []string {
+// stateFile names the node state file of a plan --state, "" for a release.
+func planHeader(plan *engine.Plan, stateFile string) []string {
 	from, to := plan.From.KubernetesVersion, plan.To.KubernetesVersion
 	released, edited := plan.Released(), plan.EditedByHand()
+	what, already, writer := fmt.Sprintf("upgrade %s -> %s", from, to), "the node already runs this release", "the upgrade"
+	if stateFile != "" {
+		what, already, writer = "node state "+stateFile, "it renders as the persisted node state does", "the transaction"
+	}
 	var out []string
 	if len(released) == 0 {
-		out = append(out, fmt.Sprintf("upgrade %s -> %s changes no component's render: the node already runs this release", from, to))
+		out = append(out, fmt.Sprintf("%s changes no component's render: %s", what, already))
 	} else {
-		out = append(out, fmt.Sprintf("upgrade %s -> %s changes %d manifest(s): %s", from, to, len(released), list(released)))
+		out = append(out, fmt.Sprintf("%s changes %d manifest(s): %s", what, len(released), list(released)))
 	}
 	for _, comp := range plan.InputsChanged() {
 		line := fmt.Sprintf("start-only inputs changed: %s reads its files only at start; the write restarts it on them as they are now", comp)
@@ -149,7 +162,7 @@ func planHeader(plan *engine.Plan) []string {
 		out = append(out, line)
 	}
 	if len(edited) > 0 {
-		out = append(out, fmt.Sprintf("edited by hand: %s (not the render of the node state: status shows \"differs\"); the upgrade writes the render back, undoing the edits the diffs below show", list(edited)))
+		out = append(out, fmt.Sprintf("edited by hand: %s (not the render of the node state: status shows \"differs\"); %s writes the render back, undoing the edits the diffs below show", list(edited), writer))
 	}
 	return out
 }
@@ -159,6 +172,37 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 	if err != nil {
 		return err
 	}
+	return g.showPlan(planInput{label: "release " + rel.KubernetesVersion, version: rel.KubernetesVersion,
+		plan: func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
+			if err := applyRelease(rel, st, to); err != nil {
+				return nil, err
+			}
+			return engine.PlanUpgrade(context.Background(), store, g.scanner, st, rel, opts)
+		}})
+}
+
+func (g *globals) runPlanState(path string, opts engine.UpgradeOptions) error {
+	to, err := loadStateFile(path)
+	if err != nil {
+		return err
+	}
+	return g.showPlan(planInput{label: "node state " + path, version: to.KubernetesVersion, stateFile: path,
+		plan: func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
+			return engine.PlanState(context.Background(), store, g.scanner, st, to, opts)
+		}})
+}
+
+// planInput is what plan shows: a release's upgrade or a node state's
+// change, computed by plan from the persisted node state.
+type planInput struct {
+	// label names the target in the diffs: "release v1.37.2".
+	label, version string
+	// stateFile is the node state file of plan --state; "" for a release.
+	stateFile string
+	plan      func(*manifest.Store, *nodestate.NodeState) (*engine.Plan, error)
+}
+
+func (g *globals) showPlan(in planInput) error {
 	j, err := g.openJournal(true)
 	if err != nil {
 		return err
@@ -171,17 +215,14 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := applyRelease(rel, st, to); err != nil {
-		return err
-	}
 	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 	if err != nil {
 		return err
 	}
-	plan, err := engine.PlanUpgrade(context.Background(), store, g.scanner, st, rel, opts)
+	plan, err := in.plan(store, st)
 	if errors.Is(err, engine.ErrNothingToDo) {
 		if g.json() {
-			return writeJSON(g.stdout, planReport{From: st.KubernetesVersion, To: rel.KubernetesVersion, Nothing: true, Message: err.Error(), Changes: []planChange{}})
+			return writeJSON(g.stdout, planReport{From: st.KubernetesVersion, To: in.version, Nothing: true, Message: err.Error(), Changes: []planChange{}})
 		}
 		fmt.Fprintln(g.stdout, err)
 		return nil
@@ -200,7 +241,7 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 		}
 		// Unified diff with 3 lines of context, as diff -u: "--- from",
 		// "+++ to", hunks; a new manifest diffs from /dev/null.
-		d := udiff.Unified(from, path+"\t(release "+rel.KubernetesVersion+")", string(c.Before), string(c.After))
+		d := udiff.Unified(from, path+"\t("+in.label+")", string(c.Before), string(c.After))
 		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, InputsChanged: c.InputsChanged, Diff: d})
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
@@ -208,11 +249,15 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 		return writeJSON(g.stdout, rep)
 	}
 	w := g.stdout
-	for _, l := range planHeader(plan) {
+	for _, l := range planHeader(plan, in.stateFile) {
 		fmt.Fprintln(w, l)
 	}
 	if rep.EtcdBackup {
-		fmt.Fprintf(w, "etcd's manifest changes: run takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", g.dl.EtcdBackup)
+		verb := "run"
+		if in.stateFile != "" {
+			verb = "apply"
+		}
+		fmt.Fprintf(w, "etcd's manifest changes: %s takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", verb, g.dl.EtcdBackup)
 	}
 	for _, c := range rep.Changes {
 		fmt.Fprintln(w)

@@ -62,16 +62,9 @@ func checkRenders(st *nodestate.NodeState) error {
 }
 
 func (g *globals) runInit(stateFile string, force bool) error {
-	st, err := nodestate.Load(stateFile)
-	var ke *nodestate.KindError
-	if errors.As(err, &ke) {
-		return usagef("%w; --state takes a node state (kind: %s)", err, nodestate.Kind)
-	}
+	st, err := loadStateFile(stateFile)
 	if err != nil {
-		return usage(err)
-	}
-	if err := checkRenders(st); err != nil {
-		return usagef("node state %s cannot be rendered: %w", stateFile, err)
+		return err
 	}
 	// Both directories are checked before either is created, and the
 	// manifest directory is created first: a bad one fails before the

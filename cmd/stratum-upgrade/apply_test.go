@@ -1,0 +1,76 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ciq/stratum-upgrade/internal/cli"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// TestApplyOnTestBed drives apply --state through the real command on the
+// test bed: plan --state shows the one changed manifest, apply commits it
+// with the waits and makes the file the journal's node state (status and
+// plan --state agree), a state whose scheduler cannot start rolls back
+// (exit 3) leaving the committed state, and rollback --last undoes the
+// committed apply.
+func TestApplyOnTestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
+	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
+	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+
+	next := n.State.Clone()
+	next.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"v": "3"}}
+	nextFile := filepath.Join(n.Root, "node-next.yaml")
+	if err := next.Save(nextFile); err != nil {
+		t.Fatal(err)
+	}
+	out := c.want(cli.ExitOK, "plan", "--state="+nextFile)
+	contains(t, "plan output", out, "node state "+nextFile+" changes 1 manifest(s): kube-scheduler\n", "+    - --v=3\n")
+
+	out = c.want(cli.ExitOK, "apply", "--state="+nextFile)
+	contains(t, "apply output", out,
+		"apply node state v1.34.4: kube-scheduler change",
+		"kube-scheduler: waiting for kubelet to replace kube-scheduler (at most 30s)",
+		"verifying every component for 2s")
+	if !strings.Contains(out, "\ncommitted ") {
+		t.Errorf("no final committed line:\n%s", out)
+	}
+	contains(t, "manifest", readFile(t, sched), "- --v=3\n")
+	out = c.want(cli.ExitOK, "plan", "--state="+nextFile)
+	contains(t, "plan after the apply", out, "nothing to do")
+	out = c.want(cli.ExitOK, "status")
+	contains(t, "status", out, "transaction:  none open; last ")
+
+	// A state whose scheduler cannot listen: rolled back, exit 3, the
+	// manifest and the journal's node state as the commit left them.
+	bad := next.Clone()
+	bad.ExtraArgs[nodestate.Scheduler]["bind-address"] = "192.0.2.10"
+	badFile := filepath.Join(n.Root, "node-bad.yaml")
+	if err := bad.Save(badFile); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := c.su("apply", "--state="+badFile, "--replace-timeout=5s", "--active-timeout=5s")
+	if code != cli.ExitRolledBack {
+		t.Fatalf("apply of a failing state: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
+	}
+	contains(t, "apply output", out, "rolling back: kube-scheduler", "the node runs what it ran before")
+	contains(t, "manifest", readFile(t, sched), "- --v=3\n")
+	out = c.want(cli.ExitOK, "plan", "--state="+nextFile)
+	contains(t, "plan after the rollback", out, "nothing to do")
+
+	// rollback --last undoes the committed apply: the scheduler without
+	// the extra arg, the node state of the start.
+	c.want(cli.ExitOK, "rollback", "--last")
+	if strings.Contains(readFile(t, sched), "--v=3") {
+		t.Errorf("rollback --last left the applied extra arg:\n%s", readFile(t, sched))
+	}
+	out = c.want(cli.ExitOK, "plan", "--state="+n.StateFile)
+	contains(t, "plan of the first state after rollback --last", out, "nothing to do")
+}
