@@ -118,7 +118,7 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 // journaled with the transaction (journal.Txn.IgnoredChecks) and each is
 // reported as a "preflight" event.
 func (e *Engine) RunWith(ctx context.Context, rel *Release, raw []byte, opts UpgradeOptions) (Result, error) {
-	return e.change(ctx, true, raw, func() (*Plan, error) { return e.PlanWith(ctx, rel, opts) })
+	return e.change(ctx, journal.KindUpgrade, raw, func(p *Plan) string { return describe(p, true) }, func() (*Plan, error) { return e.PlanWith(ctx, rel, opts) })
 }
 
 // PlanState computes what applying the node state to would do (PlanState
@@ -140,14 +140,14 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 // *StateChangeError, nothing written. The transaction is of kind upgrade,
 // with no release.
 func (e *Engine) Apply(ctx context.Context, to *nodestate.NodeState, opts UpgradeOptions) (Result, error) {
-	return e.change(ctx, false, nil, func() (*Plan, error) { return e.PlanState(ctx, to, opts) })
+	return e.change(ctx, journal.KindUpgrade, nil, func(p *Plan) string { return describe(p, false) }, func() (*Plan, error) { return e.PlanState(ctx, to, opts) })
 }
 
-// change begins and drives the transaction of the plan that plan returns,
-// once no transaction is open. upgrade says a release's run (not a node
-// state's apply); raw is the release file it was given, journaled as the
-// transaction's Release.
-func (e *Engine) change(ctx context.Context, upgrade bool, raw []byte, plan func() (*Plan, error)) (Result, error) {
+// change begins and drives a transaction of kind of the plan that plan
+// returns, once no transaction is open. raw is the release file a run was
+// given, journaled as the transaction's Release; what is the begin event's
+// account of the plan.
+func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(*Plan) string, plan func() (*Plan, error)) (Result, error) {
 	if open, err := e.j.OpenTxn(); err != nil {
 		return Result{}, err
 	} else if open != nil {
@@ -165,14 +165,14 @@ func (e *Engine) change(ctx context.Context, upgrade bool, raw []byte, plan func
 	if err != nil {
 		return Result{}, err
 	}
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindUpgrade, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
+	txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
 	if err != nil {
 		return Result{}, err
 	}
 	for _, f := range p.Ignored {
 		e.event(txn.ID, journal.PhasePlanned, "preflight", f.Component, "", fmt.Sprintf("warning: pre-flight check %s failed and is ignored (--ignore-preflight-errors): %s", f.Check, f.Message))
 	}
-	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", describe(p, upgrade))
+	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", what(p))
 	e.hit(fault.AfterBegin)
 	return e.drive(ctx, &txn)
 }

@@ -101,7 +101,7 @@ func (e *Engine) trustTxn(t *journal.Txn, recs []journal.Record) error {
 	if !validTxnID(t.ID) {
 		return bad("id", t.ID, "")
 	}
-	if t.Kind != journal.KindUpgrade && t.Kind != journal.KindRollbackLast {
+	if !journal.KnownKind(t.Kind) {
 		return bad("kind", t.Kind, "")
 	}
 	if t.SnapshotDir != "" {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -17,12 +18,11 @@ import (
 
 // Begin stores t as a new transaction in phase planned and returns the
 // stored copy. The journal assigns ID, Phase, Started and Updated and
-// clears Ended, whatever t holds. Kind must be KindUpgrade or
-// KindRollbackLast. When a transaction is already open Begin fails with an
+// clears Ended, whatever t holds. Kind must be one of Kinds. When a transaction is already open Begin fails with an
 // error wrapping ErrTxnOpen and stores nothing.
 func (j *Journal) Begin(t Txn) (Txn, error) {
-	if t.Kind != KindUpgrade && t.Kind != KindRollbackLast {
-		return Txn{}, fmt.Errorf("journal %s: begin: kind %q is neither %q nor %q", j.path, t.Kind, KindUpgrade, KindRollbackLast)
+	if !KnownKind(t.Kind) {
+		return Txn{}, fmt.Errorf("journal %s: begin: unknown kind %q (known: %s)", j.path, t.Kind, strings.Join(Kinds, ", "))
 	}
 	var out Txn
 	err := j.update(func(tx *bolt.Tx, now time.Time) error {

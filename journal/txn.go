@@ -55,16 +55,35 @@ func (p Phase) Known() bool {
 
 // Kinds of transaction.
 const (
+	// KindUpgrade moves the node from node state From to To: a release's
+	// run, or a node state's apply.
 	KindUpgrade      = "upgrade"
 	KindRollbackLast = "rollback-last"
+	// KindRestart restarts components of the node state as it is (From
+	// and To are the same): each target is its render with a new
+	// restarted-at stamp.
+	KindRestart = "restart"
 )
+
+// Kinds is every kind of transaction, in the order they were added.
+var Kinds = []string{KindUpgrade, KindRollbackLast, KindRestart}
+
+// KnownKind reports whether k is one of Kinds.
+func KnownKind(k string) bool {
+	for _, q := range Kinds {
+		if k == q {
+			return true
+		}
+	}
+	return false
+}
 
 // Txn is one upgrade transaction as stored in the journal. Every value a
 // Journal returns is a fresh copy: modifying it changes nothing stored.
 type Txn struct {
 	// ID is sortable by start time, e.g. 20261202T130405Z-1a2b; assigned by Begin.
 	ID string `json:"id"`
-	// Kind is KindUpgrade or KindRollbackLast.
+	// Kind is one of Kinds.
 	Kind  string `json:"kind"`
 	Phase Phase  `json:"phase"`
 	// Started is set by Begin, Updated by every write, Ended when the
