@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,4 +74,65 @@ func TestApplyOnTestBed(t *testing.T) {
 	}
 	out = c.want(cli.ExitOK, "plan", "--state="+n.StateFile)
 	contains(t, "plan of the first state after rollback --last", out, "nothing to do")
+}
+
+// schedulerPID is the pid column of status's kube-scheduler row.
+func schedulerPID(t *testing.T, c *cliNode) string {
+	t.Helper()
+	for _, line := range strings.Split(c.want(cli.ExitOK, "status"), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && f[0] == nodestate.Scheduler {
+			return f[4]
+		}
+	}
+	t.Fatal("status has no kube-scheduler row")
+	return ""
+}
+
+// TestRestartOnTestBed drives restart through the real command: bad usage
+// and a component the node does not run are refused with nothing begun; a
+// named restart replaces the scheduler (a new pid) as a journaled
+// transaction of kind restart; restart --changed has nothing to do until
+// the scheduler's kubeconfig, a file it reads only at start, is rotated,
+// and then restarts exactly the scheduler.
+func TestRestartOnTestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
+	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+
+	_, _, errOut := c.su("restart")
+	contains(t, "restart without components", errOut, "name the components to restart")
+	c.want(cli.ExitUsage, "restart", "kube-proxy")
+	c.want(cli.ExitUsage, "restart", "--all", "--changed")
+	_, _, errOut = c.su("restart", "kube-vip")
+	contains(t, "restart kube-vip", errOut, `not a component of this node: "kube-vip"`)
+	out := c.want(cli.ExitOK, "history")
+	contains(t, "history after the refusals", out, "no transactions")
+
+	pid := schedulerPID(t, c)
+	out = c.want(cli.ExitOK, "restart", nodestate.Scheduler)
+	contains(t, "restart output", out, "restart: kube-scheduler\n",
+		"kube-scheduler: waiting for kubelet to replace kube-scheduler (at most 30s)", "\ncommitted ")
+	if now := schedulerPID(t, c); now == pid {
+		t.Errorf("kube-scheduler runs as %s before and after the restart", pid)
+	}
+	contains(t, "history", c.want(cli.ExitOK, "history"), " restart ")
+
+	out = c.want(cli.ExitOK, "restart", "--changed")
+	contains(t, "restart --changed before a rotation", out, "nothing to do")
+	conf := filepath.Join(n.State.KubeconfigDir, "scheduler.conf")
+	if err := os.WriteFile(conf, append([]byte(readFile(t, conf)), "# rotated\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pid = schedulerPID(t, c)
+	out = c.want(cli.ExitOK, "restart", "--changed")
+	contains(t, "restart --changed after a rotation", out, ": kube-scheduler change\n", "\ncommitted ")
+	if strings.Contains(out, "kube-apiserver:") || strings.Contains(out, "etcd:") {
+		t.Errorf("restart --changed touched another component than the scheduler:\n%s", out)
+	}
+	if now := schedulerPID(t, c); now == pid {
+		t.Errorf("kube-scheduler runs as %s before and after restart --changed", pid)
+	}
 }

@@ -58,6 +58,10 @@ var conventionsOf = map[string]commandConventions{
 	"apply": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "state", placeholder: "FILE", example: `  # Change the node state as one transaction (plan --state shows the diff first).
   stratum-upgrade plan --state /etc/stratum/node.yaml
   stratum-upgrade apply --state /etc/stratum/node.yaml`},
+	"restart": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Restart the scheduler, waiting until the new one answers.
+  stratum-upgrade restart kube-scheduler
+  # After a certificate rotation: restart exactly the components that read the rotated files.
+  stratum-upgrade restart --changed`},
 	"resume": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Continue an interrupted transaction (the boot unit runs this after kubelet).
   stratum-upgrade resume
   # The boot step before kubelet: sweep staging leftovers, wait for nothing.
