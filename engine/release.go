@@ -95,7 +95,8 @@ func LoadRelease(path string) (*Release, []byte, error) {
 func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	to := st.Clone()
 	to.KubernetesVersion = r.KubernetesVersion
-	roster := manifest.NamesFor(st)
+	// A stopped component is upgraded too: start renders its new image.
+	roster := st.Roster()
 	for n, img := range r.Images {
 		if !slices.Contains(roster, n) {
 			continue

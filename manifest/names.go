@@ -11,13 +11,14 @@ import (
 var Names = []string{nodestate.Etcd, nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler, nodestate.KubeVIP}
 
 // NamesFor is the roster this node state renders: Names in start order, with
-// kube-vip in it exactly when the state carries a VIP. It is the one place
-// the kube-vip-only-with-VIP rule lives. It returns a fresh slice on every
-// call, so a caller may append to or reorder its roster freely.
+// kube-vip in it exactly when the state carries a VIP, and without the
+// components it lists as stopped (st.Stopped: they have no manifest until
+// started). It is the one place these rules live. It returns a fresh slice
+// on every call, so a caller may append to or reorder its roster freely.
 func NamesFor(st *nodestate.NodeState) []string {
 	out := make([]string, 0, len(Names))
 	for _, n := range Names {
-		if n == nodestate.KubeVIP && st.VIP == nil {
+		if n == nodestate.KubeVIP && st.VIP == nil || st.IsStopped(n) {
 			continue
 		}
 		out = append(out, n)

@@ -64,7 +64,10 @@ func checkRoster(st *nodestate.NodeState, name string) error {
 		}
 	}
 	why := ""
-	if name == nodestate.KubeVIP {
+	switch {
+	case st.IsStopped(name):
+		why = ": it is stopped (the node state's stopped list)"
+	case name == nodestate.KubeVIP:
 		why = ": kube-vip runs only on a node whose state sets vip"
 	}
 	return fmt.Errorf("%s is not in this node's roster (%s)%s", name, joinNames(roster), why)

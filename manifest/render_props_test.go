@@ -600,3 +600,28 @@ func TestTestdataStatesRoundTrip(t *testing.T) {
 		t.Error("default-vip no longer pins etcd by digest")
 	}
 }
+
+// A stopped component stays in the node state's roster (nodestate.Roster:
+// it keeps its image) but leaves the rendered one: NamesFor omits it,
+// Render and Target refuse it saying it is stopped, and WriteAll's set has
+// no manifest of it.
+func TestStoppedLeavesTheRoster(t *testing.T) {
+	st := loadState(t, "default-vip")
+	st.Stopped = []string{nodestate.Scheduler, nodestate.KubeVIP}
+	if err := st.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{nodestate.Etcd, nodestate.KubeAPIServer, nodestate.ControllerManager}
+	if got := NamesFor(st); !slices.Equal(got, want) {
+		t.Fatalf("NamesFor = %v, want %v", got, want)
+	}
+	if !slices.Contains(st.Roster(), nodestate.Scheduler) {
+		t.Fatalf("Roster() = %v: a stopped component keeps its place there", st.Roster())
+	}
+	if _, err := Render(st, testProfile(t, st), nodestate.Scheduler, ""); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("Render of a stopped scheduler: %v, want an error saying it is stopped", err)
+	}
+	if _, err := Target(st, nodestate.Scheduler); err == nil {
+		t.Fatal("Target of a stopped scheduler: no error")
+	}
+}

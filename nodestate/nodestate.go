@@ -105,6 +105,14 @@ type NodeState struct {
 	// flags that come from the etcd, ports and pkiDir fields. A flag the
 	// component's binary at its version does not accept is refused.
 	ExtraArgs map[string]map[string]string `json:"extraArgs,omitempty"`
+
+	// Stopped lists the components `stratum-upgrade stop` stopped, in
+	// roster order: each is in the roster (it keeps its image and
+	// arguments) but has no manifest, and every render leaves it out
+	// (manifest.NamesFor) until `stratum-upgrade start` takes it off. So
+	// a stop survives render, resume and reboots. Set by the stop and
+	// start transactions; apply --state refuses to change it.
+	Stopped []string `json:"stopped,omitempty"`
 }
 
 // EtcdMember is the local etcd member's identity and cluster membership.
@@ -357,6 +365,14 @@ func (st *NodeState) Validate() error {
 		}
 	}
 	st.validateVersions(roster, bad)
+	for i, c := range st.Stopped {
+		switch {
+		case !slices.Contains(roster, c):
+			bad(fmt.Sprintf("stopped[%d]", i), "%q is not a component of this node (its roster: %s)", c, strings.Join(roster, ", "))
+		case slices.Contains(st.Stopped[:i], c):
+			bad(fmt.Sprintf("stopped[%d]", i), "%s is listed twice", c)
+		}
+	}
 	if !dnsLabel.MatchString(st.Etcd.MemberName) {
 		bad("etcd.memberName", "must be a lowercase DNS name, got %q", st.Etcd.MemberName)
 	}
@@ -501,6 +517,9 @@ func (st *NodeState) Roster() []string {
 	}
 	return out
 }
+
+// IsStopped reports whether comp is one of st.Stopped.
+func (st *NodeState) IsStopped(comp string) bool { return slices.Contains(st.Stopped, comp) }
 
 // SingleMember reports whether the local etcd is the cluster's only member.
 func (st *NodeState) SingleMember() bool {

@@ -229,3 +229,30 @@ func TestParseKubernetesVersion(t *testing.T) {
 		}
 	}
 }
+
+// stopped must name components of the roster, each once.
+func TestValidateStopped(t *testing.T) {
+	for _, tc := range []struct {
+		stopped []string
+		field   string // "" when valid
+	}{
+		{nil, ""},
+		{[]string{KubeAPIServer, Scheduler}, ""},
+		{[]string{"kube-proxy"}, "stopped[0]"},
+		{[]string{KubeVIP}, "stopped[0]"}, // no vip on this node
+		{[]string{Scheduler, Scheduler}, "stopped[1]"},
+	} {
+		st, err := Load("../testdata/states/default.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Stopped = tc.stopped
+		err = st.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%v: %v", tc.stopped, err)
+		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field+":")):
+			t.Errorf("%v: %v, want an error naming %s", tc.stopped, err, tc.field)
+		}
+	}
+}

@@ -188,6 +188,7 @@ var defaults = map[string]string{
 	"ports.controllerManager":     "10257",
 	"ports.scheduler":             "10259",
 	"extraArgs":                   "",
+	"stopped":                     "",
 }
 
 // parsed is the node state Parse makes of b, generically.

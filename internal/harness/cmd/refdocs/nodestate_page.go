@@ -133,6 +133,14 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 				"component's binary at its version does not accept, or refuses beside another, is " +
 				"refused at render time ([versions.md](../versions.md#extra-args))",
 		},
+		"stopped": {
+			Type:     "list of component names",
+			Required: "no",
+			Default:  "none: every component of the node runs",
+			Values: "components the node has (`kube-vip` only with `vip`), each once. Written by " +
+				"`stratum-upgrade stop` and `start` ([cli.md](../cli.md#stop-component----all---allow-control-plane-down)); " +
+				"`apply --state` refuses a file whose list differs from the node's",
+		},
 	},
 }
 

@@ -40,6 +40,7 @@ var rejected = map[string]map[string]any{
 		"ports.controllerManager":     6443,
 		"ports.scheduler":             10357,
 		"extraArgs":                   map[string]any{"kube-apiserver": map[string]any{"--event-ttl": "1h"}},
+		"stopped":                     []any{"kube-scheduler", "kube-scheduler"},
 	},
 	"release.md": {
 		"apiVersion":        "v1",
