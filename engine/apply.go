@@ -64,9 +64,12 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		if err := e.step(ctx, r, journal.PhaseApplying, comp, *mark.ProcMark, mark.Stamp, !resumed); err != nil {
 			return err
 		}
-		ids, err := e.identity(r.to, comp)
-		if err != nil {
-			return err
+		var ids []proc.Process
+		if r.writes(comp) {
+			var err error
+			if ids, err = e.identity(r.to, comp); err != nil {
+				return err
+			}
 		}
 		pending = []journal.Record{{Phase: journal.PhaseApplying, Step: journal.StepDone, Component: comp, Processes: ids}}
 		// The done record rides with the next write; a crash before it only
@@ -109,6 +112,12 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	wrote, err := e.writeTarget(r, p, comp, stamp)
 	if err != nil {
 		return err
+	}
+	if p != journal.PhaseRollingBack && !r.writes(comp) {
+		// A stop: the manifest is gone; so must the process be.
+		e.event(r.txn.ID, p, "write", comp, "", "removed "+comp+" manifest")
+		e.hit(at(fault.AfterWrite, comp))
+		return e.waitStopped(ctx, r, p, comp, t0)
 	}
 	e.event(r.txn.ID, p, "write", comp, "", writeMessage(p, comp, wrote))
 	e.hit(at(fault.AfterWrite, comp))
@@ -294,7 +303,8 @@ func (r *run) restored(comp, stamp string) ([]byte, fs.FileMode, error) {
 func (e *Engine) targetOnDisk(r *run, p journal.Phase, comp, stamp string) (bool, error) {
 	have, err := e.store.Read(comp)
 	if errors.Is(err, manifest.ErrNoManifest) {
-		return false, nil
+		// A stop's target is no manifest at all.
+		return p != journal.PhaseRollingBack && !r.writes(comp), nil
 	}
 	if err != nil {
 		return false, err

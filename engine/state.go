@@ -59,10 +59,15 @@ func fixedFields(st *nodestate.NodeState) []struct{ field, value, why string } {
 
 // CheckStateChange refuses a target node state to that a transaction from
 // st cannot carry out: a change of a field of fixedFields
-// (*StateChangeError), or a component of st's roster that to drops (the
-// kube-vip of a vip removed): a transaction writes manifests, it does not
+// (*StateChangeError), a change of the stopped list (stop and start change
+// it), or a component of st's roster that to drops (the kube-vip of a vip
+// removed): a transaction of kind upgrade writes manifests, it does not
 // stop components. Both states are validated already.
 func CheckStateChange(st, to *nodestate.NodeState) error {
+	if !slices.Equal(st.Stopped, to.Stopped) {
+		return &StateChangeError{Field: "stopped", From: strings.Join(st.Stopped, ","), To: strings.Join(to.Stopped, ","),
+			Why: "components are stopped and started by the stop and start commands, each with its own waits; give the state file the stopped list the node has (status shows it)"}
+	}
 	from, want := fixedFields(st), fixedFields(to)
 	for i, f := range from {
 		if f.value != want[i].value {

@@ -5,6 +5,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,6 +80,7 @@ func ticks(d time.Duration) uint64 {
 // come just before it, and the release is waited for anyway.
 func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *nodestate.NodeState, comps []string, first bool) error {
 	targets := make([]proc.Target, len(comps))
+	running := make([]bool, len(comps))
 	var cgroups []string
 	ran, removedAny := false, false
 	for i, comp := range comps {
@@ -95,15 +97,20 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 		if err != nil {
 			return fmt.Errorf("%s: %w", comp, err)
 		}
-		ran = ran || len(ps) > 0
+		running[i] = len(ps) > 0
+		ran = ran || running[i]
 		cgroups = append(cgroups, cg...)
 	}
-	for _, comp := range comps {
+	for i, comp := range comps {
 		next := "its new manifest is written"
 		if p == journal.PhaseRollingBack {
 			next = "its manifest is restored"
 		}
-		e.event(r.txn.ID, p, "stop", comp, comp+" to exit", "stopping "+comp+" before "+next)
+		if _, err := e.store.Read(comp); running[i] || !errors.Is(err, manifest.ErrNoManifest) {
+			// A component with neither a process nor a manifest (a
+			// start, one an upgrade adds) has nothing to stop.
+			e.event(r.txn.ID, p, "stop", comp, comp+" to exit", "stopping "+comp+" before "+next)
+		}
 		removed, err := e.store.Remove(comp)
 		if err != nil {
 			return err

@@ -42,6 +42,9 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	}
 	want := map[string][]proc.Process{}
 	for _, comp := range r.txn.Changed {
+		if !slices.Contains(roster, comp) {
+			continue // stopped by this transaction: nothing runs to soak
+		}
 		rec, ok := r.findIn(journal.StepDone, comp, journal.PhaseApplying, journal.PhaseVerifying)
 		if ok && rec.BootID == boot.BootID {
 			want[comp] = rec.Processes
@@ -89,9 +92,11 @@ func (e *Engine) rewriteChanged(ctx context.Context, r *run) error {
 		if err := e.step(ctx, r, journal.PhaseVerifying, comp, *mark.ProcMark, mark.Stamp, false); err != nil {
 			return err
 		}
-		ids, err := e.identity(r.to, comp)
-		if err != nil {
-			return err
+		var ids []proc.Process
+		if r.writes(comp) {
+			if ids, err = e.identity(r.to, comp); err != nil {
+				return err
+			}
 		}
 		if err := e.append(r, journal.PhaseVerifying, journal.Record{Phase: journal.PhaseVerifying, Step: journal.StepDone, Component: comp, Processes: ids}); err != nil {
 			return err

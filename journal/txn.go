@@ -63,10 +63,16 @@ const (
 	// and To are the same): each target is its render with a new
 	// restarted-at stamp.
 	KindRestart = "restart"
+	// KindStop removes components' manifests and waits for them to exit;
+	// To lists them as stopped. Their targets are empty (no manifest).
+	KindStop = "stop"
+	// KindStart renders stopped components again; To no longer lists
+	// them as stopped.
+	KindStart = "start"
 )
 
 // Kinds is every kind of transaction, in the order they were added.
-var Kinds = []string{KindUpgrade, KindRollbackLast, KindRestart}
+var Kinds = []string{KindUpgrade, KindRollbackLast, KindRestart, KindStop, KindStart}
 
 // KnownKind reports whether k is one of Kinds.
 func KnownKind(k string) bool {
