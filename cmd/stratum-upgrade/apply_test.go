@@ -136,3 +136,54 @@ func TestRestartOnTestBed(t *testing.T) {
 		t.Errorf("kube-scheduler runs as %s before and after restart --changed", pid)
 	}
 }
+
+// TestStopStartOnTestBed drives stop and start through the real command:
+// the API server on this single-member node is refused with the flag to
+// give; the scheduler's stop removes its manifest and waits for it to
+// exit, status shows it stopped, render keeps it stopped, a second stop is
+// nothing to do; start brings it back and status shows it rendered.
+func TestStopStartOnTestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
+	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
+	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+
+	code, _, errOut := c.su("stop", nodestate.KubeAPIServer)
+	if code != cli.ExitError {
+		t.Fatalf("stop kube-apiserver: exit %d, want %d", code, cli.ExitError)
+	}
+	contains(t, "stop kube-apiserver", errOut, "the only control-plane node", "--allow-control-plane-down")
+	c.want(cli.ExitUsage, "stop")
+
+	out := c.want(cli.ExitOK, "stop", nodestate.Scheduler)
+	contains(t, "stop output", out, "stop: kube-scheduler\n", "kube-scheduler: waiting for kube-scheduler to exit (at most 15s)", "\ncommitted ")
+	if _, err := os.Stat(sched); !os.IsNotExist(err) {
+		t.Fatalf("the scheduler's manifest after the stop: %v", err)
+	}
+	status := c.want(cli.ExitOK, "status")
+	contains(t, "status after the stop", status, "stopped:      kube-scheduler (no manifest until `")
+	var row []string
+	for _, line := range strings.Split(status, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == nodestate.Scheduler {
+			row = f
+		}
+	}
+	if len(row) < 4 || row[1] != "no" || row[2] != "stopped" || row[3] != "no" {
+		t.Errorf("status row of the stopped scheduler: %v, want not in the roster, stopped, not active", row)
+	}
+	c.want(cli.ExitOK, "render")
+	if _, err := os.Stat(sched); !os.IsNotExist(err) {
+		t.Fatalf("render wrote the stopped scheduler's manifest: %v", err)
+	}
+	contains(t, "second stop", c.want(cli.ExitOK, "stop", nodestate.Scheduler), "nothing to do: kube-scheduler is stopped already")
+
+	out = c.want(cli.ExitOK, "start", "--all")
+	contains(t, "start output", out, "start: kube-scheduler\n", "kube-scheduler: waiting for kube-scheduler to answer https://", "\ncommitted ")
+	contains(t, "manifest after the start", readFile(t, sched), "image: ")
+	if pid := schedulerPID(t, c); !strings.Contains(pid, "/") {
+		t.Errorf("the scheduler's processes after the start: %q", pid)
+	}
+}

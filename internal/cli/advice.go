@@ -51,6 +51,8 @@ func (g *globals) advice(err error) string {
 		return fmt.Sprintf("; run `%s` to rewrite it from the node state, then try again", g.cmdline("render"))
 	case errors.Is(err, engine.ErrPreflight):
 		return g.preflightAdvice(err)
+	case errors.Is(err, engine.ErrControlPlaneDown):
+		return "; if that is what you want (a maintenance window), run it again with --allow-control-plane-down"
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
 		return "; a larger etcd needs a longer --etcd-backup-timeout"
 	}

@@ -356,7 +356,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 		root.PersistentFlags().AddFlag(g.flags.Lookup(name))
 	}
 	root.AddCommand(
-		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newResumeCmd(g),
+		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
 		newRollbackCmd(g), newStatusCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
 	g.conventions(root)

@@ -9,7 +9,7 @@ import (
 )
 
 // Every transaction flag has a row under "## Transaction flags" giving its
-// default, is taken by exactly run, apply, restart, resume and rollback, and every row of
+// default, is taken by exactly run, apply, restart, stop, start, resume and rollback, and every row of
 // the table is one of them.
 func TestDocsTransactionFlags(t *testing.T) {
 	root := newRoot(&globals{})
@@ -21,8 +21,8 @@ func TestDocsTransactionFlags(t *testing.T) {
 				takers = append(takers, c.Name())
 			}
 		}
-		if !slices.Equal(takers, []string{"run", "apply", "restart", "resume", "rollback"}) {
-			t.Errorf("--%s is taken by %v, want run, apply, restart, resume and rollback", name, takers)
+		if !slices.Equal(takers, []string{"run", "apply", "restart", "stop", "start", "resume", "rollback"}) {
+			t.Errorf("--%s is taken by %v, want run, apply, restart, stop, start, resume and rollback", name, takers)
 		}
 		f := find(root, "run").Flags().Lookup(name)
 		cells, ok := rows[name]

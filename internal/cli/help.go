@@ -62,6 +62,11 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade restart kube-scheduler
   # After a certificate rotation: restart exactly the components that read the rotated files.
   stratum-upgrade restart --changed`},
+	"stop": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Stop the scheduler until it is started again (render and reboots keep it stopped).
+  stratum-upgrade stop kube-scheduler
+  stratum-upgrade start kube-scheduler`},
+	"start": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Start every component stop stopped, waiting until each answers.
+  stratum-upgrade start --all`},
 	"resume": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Continue an interrupted transaction (the boot unit runs this after kubelet).
   stratum-upgrade resume
   # The boot step before kubelet: sweep staging leftovers, wait for nothing.

@@ -338,7 +338,7 @@ func (r *reporter) deadline(step string) (time.Duration, bool) {
 		return dl.Replace, true
 	case "wait-active":
 		return dl.Active, true
-	case "etcd-stop":
+	case "etcd-stop", "wait-gone":
 		return dl.Stop, true
 	case "etcd-backup":
 		return dl.EtcdBackup, true

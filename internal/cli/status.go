@@ -71,6 +71,8 @@ type nodeInfo struct {
 	Name              string   `json:"name"`
 	KubernetesVersion string   `json:"kubernetesVersion"`
 	Roster            []string `json:"roster"`
+	// Stopped are the components stop stopped (not in Roster).
+	Stopped []string `json:"stopped"`
 }
 
 // statusReport is status's output (docs/schemas/status.json). Every field
@@ -150,7 +152,7 @@ func (g *globals) status() (*statusReport, error) {
 		}
 	}
 	if st != nil {
-		rep.Node = &nodeInfo{Name: st.NodeName, KubernetesVersion: st.KubernetesVersion, Roster: manifest.NamesFor(st)}
+		rep.Node = &nodeInfo{Name: st.NodeName, KubernetesVersion: st.KubernetesVersion, Roster: manifest.NamesFor(st), Stopped: nonNil(st.Stopped)}
 	}
 	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 	if err != nil {
@@ -181,8 +183,11 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 	if st != nil {
 		c.InRoster = &inRoster
 	}
+	stopped := st != nil && st.IsStopped(name)
 	b, err := store.Read(name)
 	switch {
+	case errors.Is(err, manifest.ErrNoManifest) && stopped:
+		c.Manifest = "stopped"
 	case errors.Is(err, manifest.ErrNoManifest):
 		c.Manifest = "missing"
 	case err != nil:
@@ -208,6 +213,10 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 	switch {
 	case inRoster:
 		tst = st
+	case stopped:
+		// Its processes are looked for as if it ran: none should.
+		tst = st.Clone()
+		tst.Stopped = nil
 	case target != nil && slices.Contains(manifest.NamesFor(target), name):
 		tst = target
 	}
@@ -290,6 +299,9 @@ func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 	}
 	if n := rep.Node; n != nil {
 		fmt.Fprintf(w, "node:         %s, Kubernetes %s, roster %s\n", n.Name, n.KubernetesVersion, strings.Join(n.Roster, ", "))
+		if len(n.Stopped) > 0 {
+			fmt.Fprintf(w, "stopped:      %s (no manifest until `%s`)\n", strings.Join(n.Stopped, ", "), cmdline("start "+strings.Join(n.Stopped, " ")))
+		}
 	}
 	if t := rep.Open; t != nil {
 		fmt.Fprintf(w, "transaction:  %s %s OPEN in phase %s, started %s (%s)\n", t.ID, t.Kind, t.Phase, t.Started.Format(time.RFC3339), t.Duration)
