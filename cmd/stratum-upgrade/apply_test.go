@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -186,4 +188,65 @@ func TestStopStartOnTestBed(t *testing.T) {
 	if pid := schedulerPID(t, c); !strings.Contains(pid, "/") {
 		t.Errorf("the scheduler's processes after the start: %q", pid)
 	}
+}
+
+// TestRenderLiveOnTestBed: on a running node, render of a hand-edited
+// manifest and init --force of a new state go through a transaction (one
+// component at a time with the waits), not a write of everything at once;
+// --dry-run says so, shows the diff and writes nothing.
+func TestRenderLiveOnTestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
+	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
+	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+
+	// The hand edit: the scheduler's manifest as a state with --v=3 renders it.
+	next := n.State.Clone()
+	next.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"v": "3"}}
+	prof, err := manifest.LoadProfile(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited, err := manifest.RenderBytes(next, prof, nodestate.Scheduler, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sched, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// kubelet replaces the scheduler from the edited manifest: wait until
+	// it runs again, as it would on a node edited long ago.
+	tgt, err := manifest.Target(next, nodestate.Scheduler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Scanner.WaitActive(t.Context(), tgt, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	out := c.want(cli.ExitOK, "render", "--dry-run")
+	contains(t, "render --dry-run", out, "render --dry-run: would write kube-scheduler as one transaction, one component at a time with the waits (kube-scheduler running)", "-    - --v=3\n")
+	if readFile(t, sched) != string(edited) {
+		t.Fatal("render --dry-run wrote the scheduler's manifest")
+	}
+	out = c.want(cli.ExitOK, "render")
+	contains(t, "render", out, "render: the manifests of running components change (kube-scheduler): one transaction",
+		"kube-scheduler: waiting for kubelet to replace kube-scheduler", "\ncommitted ")
+	if got := readFile(t, sched); strings.Contains(got, "--v=3") || !strings.Contains(got, "image: ") {
+		t.Fatalf("after render the scheduler's manifest is not the render:\n%s", got)
+	}
+
+	// init --force of a new state on the live node: a transaction too.
+	nextFile := filepath.Join(n.Root, "node-next.yaml")
+	if err := next.Save(nextFile); err != nil {
+		t.Fatal(err)
+	}
+	out = c.want(cli.ExitOK, "init", "--force", "--state="+nextFile, "--dry-run")
+	contains(t, "init --dry-run", out, "is valid", "would write kube-scheduler as one transaction")
+	out = c.want(cli.ExitOK, "init", "--force", "--state="+nextFile)
+	contains(t, "init --force", out, "init: the manifests of running components change (kube-scheduler)", "\ncommitted ")
+	contains(t, "manifest after init --force", readFile(t, sched), "- --v=3\n")
+	contains(t, "render --dry-run after", c.want(cli.ExitOK, "render", "--dry-run"), "nothing would change")
 }

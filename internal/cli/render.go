@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,7 +18,7 @@ import (
 
 func newInitCmd(g *globals) *cobra.Command {
 	var stateFile string
-	var force bool
+	var force, dryRun, allAtOnce bool
 	cmd := &cobra.Command{
 		Use:   "init --state FILE",
 		Short: "Import a node state and render every manifest from it",
@@ -30,14 +32,30 @@ A journal that already holds a node state is refused unless --force is given;
 init is refused while a transaction is open, --force or not. Every later
 command that writes manifests refuses another --manifest-dir than the one
 recorded; init --force --manifest-dir NEW moves the node to NEW (the old
-directory is left as it is: point kubelet's staticPodPath at NEW).`,
+directory is left as it is: point kubelet's staticPodPath at NEW).
+
+On a live node (a manifest that would change belongs to a component whose
+processes run: manifests another tool wrote, or init --force of a new state),
+init imports the state, then changes those manifests as render does: one
+transaction, one component at a time with the waits, rolled back on failure
+(the imported state stays; render retries). --all-at-once writes them at once;
+--dry-run validates FILE and prints what would change, with a diff of each
+manifest, and writes nothing (no journal, no directory).`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			return g.runInit(stateFile, force)
+			if dryRun && allAtOnce {
+				return cmdLineErrorf("init: --dry-run and --all-at-once are exclusive")
+			}
+			if dryRun {
+				return g.initDryRun(stateFile)
+			}
+			return g.runInit(stateFile, force, allAtOnce)
 		}),
 	}
 	cmd.Flags().StringVar(&stateFile, "state", "", "node state file (YAML, kind NodeState)")
 	cmd.Flags().BoolVar(&force, "force", false, "replace the node state the journal already holds")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate FILE and print what init would change, with a diff of each manifest; write nothing")
+	cmd.Flags().BoolVar(&allAtOnce, "all-at-once", false, "write every changed manifest at once, without a transaction, even on a live node")
 	_ = cmd.MarkFlagRequired("state")
 	return cmd
 }
@@ -61,7 +79,30 @@ func checkRenders(st *nodestate.NodeState) error {
 	return nil
 }
 
-func (g *globals) runInit(stateFile string, force bool) error {
+// initDryRun is init --dry-run: FILE validated and the render it would
+// make planned against the manifest directory; nothing is created.
+func (g *globals) initDryRun(stateFile string) error {
+	st, err := loadStateFile(stateFile)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(g.stdout, "init --dry-run: node state %s is valid; the manifest directory %s does not exist: init would create it and write %s\n", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
+		return nil
+	}
+	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
+	if err != nil {
+		return err
+	}
+	rp, err := g.planRender(store, st)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
+	return g.printDryRun("init", store.Dir(), st, rp)
+}
+
+func (g *globals) runInit(stateFile string, force, allAtOnce bool) error {
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
@@ -101,26 +142,48 @@ func (g *globals) runInit(stateFile string, force bool) error {
 	if err := g.recordManifestDir(j); err != nil {
 		return err
 	}
-	res, err := store.WriteAll(st)
-	if err != nil {
+	var rp *renderPlan
+	if !allAtOnce {
+		if rp, err = g.planRender(store, st); err != nil {
+			return fmt.Errorf("init: the node state is imported but its render could not be planned (fix the cause, then run `%s`): %w", g.cmdline("render"), err)
+		}
+	}
+	if err := g.renderLive("init", j, store, st, rp, fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path())); err != nil {
+		if rp != nil && len(rp.live) > 0 {
+			return err // the transaction's own outcome
+		}
 		return fmt.Errorf("init: the node state is imported but rendering failed (fix the cause, then run `%s`): %w", g.cmdline("render"), err)
 	}
-	return g.printWrite(fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path()), store, res)
+	return nil
 }
 
 func newRenderCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "render",
+	var dryRun, allAtOnce bool
+	cmd := &cobra.Command{
+		Use:   "render [--dry-run] [--all-at-once]",
 		Short: "Re-render every manifest from the persisted node state",
 		Long: `render makes the manifest directory hold exactly the render of the node state
 in the journal: it is what runs when the controller starts. It writes only what
 differs (a hand edit is overwritten), removes the manifest of a component that
 left the roster, sweeps staging leftovers, and reports visible files that are
 not ours (strays) without touching them. It is refused while a transaction is
-open: resume or roll it back first.`,
+open: resume or roll it back first.
+
+On a live node, where a manifest that would change belongs to a component whose
+processes run, render does not write them all at once (kubelet would restart
+etcd and the API server together): it prints which, then changes them as one
+transaction, one component at a time in roster order with the waits, exactly as
+'apply' of the node state the journal holds, and rolls back on failure. Where
+nothing that changes runs (a fresh node, a component down), it writes at once.
+--all-at-once always writes at once (a node whose components are down and that
+a transaction could not verify); --dry-run prints what would change, with a
+diff of each manifest, and writes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			j, err := g.openJournal(false)
+			if dryRun && allAtOnce {
+				return cmdLineErrorf("render: --dry-run and --all-at-once are exclusive")
+			}
+			j, err := g.openJournal(dryRun)
 			if err != nil {
 				return err
 			}
@@ -132,17 +195,33 @@ open: resume or roll it back first.`,
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
+				if err != nil {
+					return err
+				}
+				rp, err := g.planRender(store, st)
+				if err != nil {
+					return err
+				}
+				return g.printDryRun("render", store.Dir(), st, rp)
+			}
 			store, err := manifest.Create(g.manifestDir, g.storeOptions())
 			if err != nil {
 				return err
 			}
-			res, err := store.WriteAll(st)
-			if err != nil {
-				return err
+			var rp *renderPlan
+			if !allAtOnce {
+				if rp, err = g.planRender(store, st); err != nil {
+					return err
+				}
 			}
-			return g.printWrite(fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion), store, res)
+			return g.renderLive("render", j, store, st, rp, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
 		}),
 	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, with a diff of each manifest; write nothing")
+	cmd.Flags().BoolVar(&allAtOnce, "all-at-once", false, "write every changed manifest at once, without a transaction, even on a live node")
+	return cmd
 }
 
 // writeReport is the JSON output of init and render.

@@ -192,6 +192,11 @@ func (g *globals) drive(command string, call func(context.Context, *engine.Engin
 		return err
 	}
 	defer j.Close()
+	return g.driveWith(j, command, call)
+}
+
+// driveWith is drive on the journal j, open read-write.
+func (g *globals) driveWith(j *journal.Journal, command string, call func(context.Context, *engine.Engine, *journal.Journal) (engine.Result, error)) error {
 	store, err := manifest.Open(g.manifestDir, g.storeOptions())
 	if err != nil {
 		return err

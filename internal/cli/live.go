@@ -1,0 +1,148 @@
+package cli
+
+// init and render on a live node: when a manifest that changes belongs to
+// a component whose processes run, the change is one transaction (the
+// journal's node state applied: snapshot, one component at a time with the
+// waits, rollback on failure), not every manifest written at once. A fresh
+// node (nothing of the node runs) keeps the plain render.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	udiff "github.com/aymanbagabas/go-udiff"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// renderPlan is what bringing the manifest directory to st's render
+// changes: the plan (nil when nothing of the roster changes), the changing
+// components whose processes run, and the manifests of components outside
+// the roster that a render removes.
+type renderPlan struct {
+	plan    *engine.Plan
+	live    []string
+	removes []string
+	// noTxn says why no transaction can make the change: a manifest on
+	// disk is no pod a rollback could put back (engine.ErrUnrestorable),
+	// or a stray shadows a component (manifest.ErrShadowed). The plain
+	// render replaces the one and reports the other.
+	noTxn error
+}
+
+// planRender computes renderPlan for st against store; it writes nothing.
+// The pre-flight checks are left to the transaction.
+func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*renderPlan, error) {
+	rp := &renderPlan{}
+	for _, name := range manifest.Names {
+		if slices.Contains(manifest.NamesFor(st), name) {
+			continue
+		}
+		if _, err := store.Read(name); err == nil {
+			rp.removes = append(rp.removes, name)
+		}
+	}
+	plan, err := engine.PlanState(context.Background(), store, g.scanner, st, st, engine.UpgradeOptions{IgnorePreflight: []string{engine.IgnoreAll}})
+	switch {
+	case errors.Is(err, engine.ErrNothingToDo):
+		return rp, nil
+	case errors.Is(err, engine.ErrUnrestorable), errors.Is(err, manifest.ErrShadowed):
+		rp.noTxn = err
+		return rp, nil
+	case err != nil:
+		return nil, err
+	}
+	rp.plan = plan
+	for _, c := range plan.Changes {
+		t, err := manifest.Target(st, c.Component)
+		if err != nil {
+			return nil, err
+		}
+		if ps, err := g.scanner.PIDs(t.Binary); err != nil || len(ps) > 0 {
+			// Unknown counts as running: the transaction's waits are safe.
+			rp.live = append(rp.live, c.Component)
+		}
+	}
+	return rp, nil
+}
+
+// renderLive brings the manifest directory to the render of st, the node
+// state journal j holds, for command (init or render): as one transaction
+// when rp says a running component's manifest changes (then WriteAll only
+// removes what left the roster), else every manifest at once; msg heads the
+// plain render's report.
+func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, msg string) error {
+	if rp == nil || len(rp.live) == 0 {
+		if rp != nil && rp.noTxn != nil {
+			g.log.Warn("no transaction can make this render: every manifest is written at once", "err", rp.noTxn)
+		}
+		res, err := store.WriteAll(st)
+		if err != nil {
+			return err
+		}
+		return g.printWrite(msg, store, res)
+	}
+	if !g.json() {
+		fmt.Fprintf(g.stdout, "%s: the manifests of running components change (%s): one transaction, one component at a time with the waits (--all-at-once writes every manifest at once)\n", command, list(rp.live))
+	}
+	err := g.driveWith(j, command, func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
+		return e.Apply(ctx, st, engine.UpgradeOptions{})
+	})
+	if err != nil {
+		return err
+	}
+	res, err := store.WriteAll(st)
+	if err != nil {
+		return err
+	}
+	if len(res.Written) > 0 || len(res.Removed) > 0 {
+		g.log.Info("after the transaction", "written", res.Written, "removed", res.Removed)
+		if !g.json() {
+			fmt.Fprintf(g.stdout, "also written: %s; removed (not in the roster): %s\n", list(res.Written), list(res.Removed))
+		}
+	}
+	return nil
+}
+
+// printDryRun is init's and render's --dry-run: what the render would
+// change and how, with a diff of each manifest; nothing is written.
+func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeState, rp *renderPlan) error {
+	w := g.stdout
+	if rp.noTxn != nil {
+		fmt.Fprintf(w, "%s --dry-run: %v; so every manifest would be written at once\n", command, rp.noTxn)
+		return nil
+	}
+	if rp.plan == nil && len(rp.removes) == 0 {
+		fmt.Fprintf(w, "%s --dry-run: nothing would change: every manifest in %s is the render of the node state (%s, %s)\n", command, dir, st.NodeName, st.KubernetesVersion)
+		return nil
+	}
+	if rp.plan != nil {
+		how := "all at once (no component of them runs)"
+		if len(rp.live) > 0 {
+			how = fmt.Sprintf("as one transaction, one component at a time with the waits (%s running)", list(rp.live))
+		}
+		fmt.Fprintf(w, "%s --dry-run: would write %s %s\n", command, list(rp.plan.Changed()), how)
+	}
+	if len(rp.removes) > 0 {
+		fmt.Fprintf(w, "%s --dry-run: would remove %s (not in the node's roster)\n", command, list(rp.removes))
+	}
+	if rp.plan == nil {
+		return nil
+	}
+	for _, c := range rp.plan.Changes {
+		path := filepath.Join(dir, c.Component+".yaml")
+		from := path + "\t(on disk)"
+		if c.Before == nil {
+			from = "/dev/null"
+		}
+		fmt.Fprintln(w)
+		fmt.Fprint(w, udiff.Unified(from, path+"\t(render)", string(c.Before), string(c.After)))
+	}
+	return nil
+}
