@@ -143,3 +143,48 @@ func TestStopResumesAfterCrash(t *testing.T) {
 		t.Fatal("the scheduler runs after its start rolled back")
 	}
 }
+
+// TestStopSurvivesReboot: after a committed stop of the scheduler the node
+// loses power; at boot kubelet starts every pod from the manifests on disk
+// and resume has nothing to do: the scheduler stays stopped. A start that
+// crashes right after writing the scheduler's manifest is then finished by
+// resume, which commits with the scheduler running and off the list.
+func TestStopSurvivesReboot(t *testing.T) {
+	f := newFixture(t, testbed.Options{})
+	ctx := context.Background()
+	if res, err := f.e.Stop(ctx, []string{nodestate.Scheduler}, StopOptions{}); err != nil || res.Outcome != Committed {
+		t.Fatalf("stop: %+v %v", res, err)
+	}
+	if _, err := f.node.Reboot(0); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.j.NodeState()
+	for _, comp := range manifest.NamesFor(st) {
+		tg, err := manifest.Target(st, comp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.node.Scanner.WaitActive(ctx, tg, 30*time.Second); err != nil {
+			t.Fatalf("after the reboot: %v", err)
+		}
+	}
+	if res, err := f.engine(f.node.Scanner, testDeadlines).Resume(ctx); err != nil || res.Outcome != Nothing {
+		t.Fatalf("resume after the reboot: %+v %v, want nothing", res, err)
+	}
+	if f.running(nodestate.Scheduler) {
+		t.Fatal("the stopped scheduler runs after the reboot")
+	}
+
+	e := f.engine(f.node.Scanner, testDeadlines)
+	if !stopAt(e, fault.Step.Of(fault.AfterWrite, nodestate.Scheduler), func() { e.Start(ctx, []string{nodestate.Scheduler}) }) {
+		t.Fatal("the start never reached after-write:kube-scheduler")
+	}
+	res, err := f.engine(f.node.Scanner, testDeadlines).Resume(ctx)
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("resume of the start: %+v %v", res, err)
+	}
+	f.checkConverged(Committed, nil)
+	if st, _ = f.j.NodeState(); st.Stopped != nil || !f.running(nodestate.Scheduler) {
+		t.Fatalf("after the resumed start: stopped %v, scheduler running %v", st.Stopped, f.running(nodestate.Scheduler))
+	}
+}
