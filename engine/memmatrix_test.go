@@ -492,6 +492,37 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			},
 		},
 		{
+			name:      "restart",
+			points:    fault.UpgradePoints(roster),
+			notOnPath: map[fault.Point]string{fault.AfterEtcdBackup: "a restart takes no etcd backup: the same etcd runs on its data"},
+			want:      Committed,
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Restart(ctx, nil)
+			},
+		},
+		{
+			name:   "stop",
+			points: verbPoints(nodestate.Scheduler, fault.AfterReplaced),
+			want:   Committed,
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Stop(ctx, []string{nodestate.Scheduler}, StopOptions{})
+			},
+		},
+		{
+			name:   "start",
+			points: verbPoints(nodestate.Scheduler),
+			want:   Committed,
+			setup: func(t *testing.T, n *memNode) {
+				t.Helper()
+				if res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.Scheduler}, StopOptions{}); err != nil || res.Outcome != Committed {
+					t.Fatalf("setup stop: %+v %v", res, err)
+				}
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Start(ctx, []string{nodestate.Scheduler})
+			},
+		},
+		{
 			// The scheduler the rollback --last puts back does not listen
 			// (its image was broken since): the rollback-last rolls back to
 			// the upgraded node.
@@ -509,6 +540,19 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			},
 		},
 	}
+}
+
+// verbPoints is every point of a stop or start of comp alone: no etcd
+// backup, comp's steps but those in skip (a stop passes no after-replaced:
+// it waits for the process to go).
+func verbPoints(comp string, skip ...fault.Step) []fault.Point {
+	pts := []fault.Point{fault.AfterBegin, fault.AfterSnapshot}
+	for _, s := range fault.Steps {
+		if !slices.Contains(skip, s) {
+			pts = append(pts, s.Of(comp))
+		}
+	}
+	return append(pts, fault.AfterApply, fault.BeforeCommit, fault.AfterCommit)
 }
 
 // knownDefects are cases that do not converge because of an engine defect,
@@ -562,7 +606,8 @@ func memCase(t *testing.T, n *memNode, sc memScenario, pt fault.Point, after fun
 
 // TestMemMatrix is the crash matrix on the kubelet model: every point of an
 // upgrade that commits, of one that rolls back (its kube-scheduler never
-// listens), of a rollback --last, and of a rollback --last that rolls back;
+// listens), of a restart of every component, of a stop and a start of the
+// scheduler, of a rollback --last, and of a rollback --last that rolls back;
 // each as a crash of stratum-upgrade alone and as a reboot; on the
 // default node and on one with a VIP (kube-vip has no health endpoint).
 func TestMemMatrix(t *testing.T) {
