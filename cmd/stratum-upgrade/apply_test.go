@@ -13,6 +13,17 @@ import (
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
+// startCLINode brings up a default test bed node driven through the
+// binary; short mode skips the test.
+func startCLINode(t *testing.T) (*testbed.Node, *cliNode) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
+	return n, &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+}
+
 // TestApplyOnTestBed drives apply --state through the real command on the
 // test bed: plan --state shows the one changed manifest, apply commits it
 // with the waits and makes the file the journal's node state (status and
@@ -20,11 +31,7 @@ import (
 // (exit 3) leaving the committed state, and rollback --last undoes the
 // committed apply.
 func TestApplyOnTestBed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up a test bed node")
-	}
-	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
-	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	n, c := startCLINode(t)
 	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
@@ -97,11 +104,7 @@ func schedulerPID(t *testing.T, c *cliNode) string {
 // the scheduler's kubeconfig, a file it reads only at start, is rotated,
 // and then restarts exactly the scheduler.
 func TestRestartOnTestBed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up a test bed node")
-	}
-	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
-	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	n, c := startCLINode(t)
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
 	_, _, errOut := c.su("restart")
@@ -145,11 +148,7 @@ func TestRestartOnTestBed(t *testing.T) {
 // exit, status shows it stopped, render keeps it stopped, a second stop is
 // nothing to do; start brings it back and status shows it rendered.
 func TestStopStartOnTestBed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up a test bed node")
-	}
-	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
-	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	n, c := startCLINode(t)
 	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
@@ -195,11 +194,7 @@ func TestStopStartOnTestBed(t *testing.T) {
 // component at a time with the waits), not a write of everything at once;
 // --dry-run says so, shows the diff and writes nothing.
 func TestRenderLiveOnTestBed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up a test bed node")
-	}
-	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
-	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	n, c := startCLINode(t)
 	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 

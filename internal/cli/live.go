@@ -110,8 +110,22 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 	return nil
 }
 
-// printDryRun is init's and render's --dry-run: what the render would
-// change and how, with a diff of each manifest; nothing is written.
+// dryRun is init's and render's --dry-run against the manifest directory,
+// opened read-only: what the render of st would change and how, with a
+// diff of each manifest; nothing is written.
+func (g *globals) dryRun(command string, st *nodestate.NodeState) error {
+	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
+	if err != nil {
+		return err
+	}
+	rp, err := g.planRender(store, st)
+	if err != nil {
+		return err
+	}
+	return g.printDryRun(command, store.Dir(), st, rp)
+}
+
+// printDryRun prints rp for dryRun.
 func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeState, rp *renderPlan) error {
 	w := g.stdout
 	if rp.noTxn != nil {

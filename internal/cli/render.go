@@ -90,16 +90,8 @@ func (g *globals) initDryRun(stateFile string) error {
 		fmt.Fprintf(g.stdout, "init --dry-run: node state %s is valid; the manifest directory %s does not exist: init would create it and write %s\n", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
 		return nil
 	}
-	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
-	if err != nil {
-		return err
-	}
-	rp, err := g.planRender(store, st)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
-	return g.printDryRun("init", store.Dir(), st, rp)
+	return g.dryRun("init", st)
 }
 
 func (g *globals) runInit(stateFile string, force, allAtOnce bool) error {
@@ -196,15 +188,7 @@ diff of each manifest, and writes nothing.`,
 				return err
 			}
 			if dryRun {
-				store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
-				if err != nil {
-					return err
-				}
-				rp, err := g.planRender(store, st)
-				if err != nil {
-					return err
-				}
-				return g.printDryRun("render", store.Dir(), st, rp)
+				return g.dryRun("render", st)
 			}
 			store, err := manifest.Create(g.manifestDir, g.storeOptions())
 			if err != nil {
