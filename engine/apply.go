@@ -125,7 +125,12 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err != nil {
 		return err
 	}
-	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to replace "+comp, "waiting for kubelet to replace "+comp)
+	// A start's component had no process to replace.
+	verb, done := "replace", "replaced"
+	if r.txn.Kind == journal.KindStart && p != journal.PhaseRollingBack {
+		verb, done = "start", "started"
+	}
+	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to "+verb+" "+comp, "waiting for kubelet to "+verb+" "+comp)
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
 		return e.waitFailed(comp, err)
 	}
@@ -142,7 +147,7 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		return e.waitFailed(comp, err)
 	}
 	r.steps = append(r.steps, StepTime{Component: comp, Phase: string(p), Elapsed: time.Since(t0)})
-	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s replaced and active (%.1fs)", comp, time.Since(t0).Seconds()))
+	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s %s and active (%.1fs)", comp, done, time.Since(t0).Seconds()))
 	return nil
 }
 

@@ -182,7 +182,8 @@ func TestStopStartOnTestBed(t *testing.T) {
 	contains(t, "second stop", c.want(cli.ExitOK, "stop", nodestate.Scheduler), "nothing to do: kube-scheduler is stopped already")
 
 	out = c.want(cli.ExitOK, "start", "--all")
-	contains(t, "start output", out, "start: kube-scheduler\n", "kube-scheduler: waiting for kube-scheduler to answer https://", "\ncommitted ")
+	contains(t, "start output", out, "start: kube-scheduler\n", "kube-scheduler: waiting for kubelet to start kube-scheduler (at most 30s)",
+		"kube-scheduler: waiting for kube-scheduler to answer https://", "kube-scheduler started and active", "\ncommitted ")
 	contains(t, "manifest after the start", readFile(t, sched), "image: ")
 	if pid := schedulerPID(t, c); !strings.Contains(pid, "/") {
 		t.Errorf("the scheduler's processes after the start: %q", pid)
