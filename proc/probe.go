@@ -31,7 +31,11 @@ import (
 // read loop, write loop) and each hand-off between them costs a wakeup,
 // about 0.1 ms of CPU each on a small VM; WaitActive probes a new process
 // many times. Here a probe is a few system calls, and wakes up only for
-// the answers.
+// the answers. It waits in poll(2), not in Go's network poller: its waits
+// are short (the peer's answers on loopback), and a thread blocked that
+// briefly wakes once, where a goroutine parked in the runtime's poller
+// costs thread hand-offs; measured on the bench, the poller made a step's
+// WaitActive dearer (docs/performance.md).
 func directProbe(ctx context.Context, req *http.Request, ap netip.AddrPort, deadline time.Time) (*http.Response, func(), error) {
 	c, err := dial(ctx, ap, deadline)
 	if err != nil {
@@ -64,8 +68,17 @@ func directProbe(ctx context.Context, req *http.Request, ap netip.AddrPort, dead
 		c.Close()
 		return nil, nil, c.cause(err)
 	}
+	// The status is the answer: closing the body does not read the rest
+	// of it (a chunked body's last chunk may come in a later segment, one
+	// more wakeup); the release closes the socket under it.
+	resp.Body = undrained{resp.Body}
 	return resp, func() { c.Close() }, nil
 }
+
+// undrained is a response body whose Close leaves what was not read.
+type undrained struct{ io.Reader }
+
+func (undrained) Close() error { return nil }
 
 // directAddr is u's host and port when the host is an IP literal and the
 // scheme one directProbe speaks (http, https; default ports 80 and 443).

@@ -107,3 +107,80 @@ func TestProbeIPv6(t *testing.T) {
 		t.Fatalf("probe over IPv6: %v", err)
 	}
 }
+
+// silentListener accepts connections and never writes to them: a TLS
+// handshake or a request on it waits until its deadline or ctx ends.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestDirectProbeDeadline: a peer that never answers (the handshake for
+// https, the answer for http) fails the probe at its deadline with a
+// net.Error whose Timeout is true, not at the per-request timeout.
+func TestDirectProbeDeadline(t *testing.T) {
+	addr := silentListener(t)
+	for _, scheme := range []string{"http", "https"} {
+		req, err := http.NewRequest(http.MethodGet, scheme+"://"+addr+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ap, ok := directAddr(req.URL)
+		if !ok {
+			t.Fatalf("%s: not a direct address", req.URL)
+		}
+		start := time.Now()
+		resp, release, err := directProbe(context.Background(), req, ap, start.Add(150*time.Millisecond))
+		took := time.Since(start)
+		if err == nil {
+			resp.Body.Close()
+			release()
+			t.Fatalf("%s: a silent peer answered", scheme)
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("%s: error %v is not a timeout", scheme, err)
+		}
+		if took < 140*time.Millisecond || took > requestTimeout/2 {
+			t.Errorf("%s: the probe with a 150ms deadline took %s", scheme, took)
+		}
+	}
+}
+
+// TestDirectProbeCancelledWhileSilent: ctx ending wakes a probe waiting for
+// a silent peer at once, with ctx's error, long before its deadline.
+func TestDirectProbeCancelledWhileSilent(t *testing.T) {
+	addr := silentListener(t)
+	for _, scheme := range []string{"http", "https"} {
+		req, err := http.NewRequest(http.MethodGet, scheme+"://"+addr+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ap, _ := directAddr(req.URL)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		start := time.Now()
+		_, _, err = directProbe(ctx, req, ap, start.Add(time.Minute))
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: the cancelled probe took %s", scheme, took)
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: cancelled probe: %v, want context.Canceled", scheme, err)
+		}
+		cancel()
+	}
+}

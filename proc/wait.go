@@ -2,7 +2,6 @@ package proc
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -189,57 +188,42 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 		sleep(ctx, d)
 		return wokeOther
 	}
-	// ctx ending is one more event: an eventfd it writes to.
-	cancelled, stop, err := ctxEventFD(ctx)
+	// Parked in Go's poller on a set of the descriptors; ctx ending wakes
+	// it as the deadline does.
+	set, err := newPollSet()
 	if err != nil {
 		sleep(ctx, d)
 		return wokeOther
 	}
-	defer stop()
-	fds := make([]unix.PollFd, 0, len(pidfds)+2)
-	fds = append(fds, unix.PollFd{Fd: int32(cancelled), Events: unix.POLLIN})
-	watched := -1
-	if w != nil {
-		// While a process in ps runs, a WaitReplaced cannot end but by its
-		// exit: execs are read (and those that do not matter dropped) once
-		// none of them is left. A negative descriptor is ignored by poll.
-		watched = len(fds)
-		fd := int32(w.fd)
-		if len(pidfds) > 0 {
-			fd = -1
-		}
-		fds = append(fds, unix.PollFd{Fd: fd, Events: unix.POLLIN})
+	defer set.close()
+	// Key -1 is the exec watch, key i the pidfd pidfds[i]. While a process
+	// in ps runs, a WaitReplaced cannot end but by its exit: execs are read
+	// (and those that do not matter dropped) once none of them is left.
+	const watchKey = -1
+	for i, fd := range pidfds {
+		err = errors.Join(err, set.add(fd, int32(i)))
 	}
-	for _, fd := range pidfds {
-		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+	if w != nil && len(pidfds) == 0 {
+		err = errors.Join(err, set.add(w.fd, watchKey))
+	}
+	if err != nil {
+		sleep(ctx, d)
+		return wokeOther
 	}
 	running := len(pidfds)
 	deadline := time.Now().Add(d)
 	for {
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
+		if time.Until(deadline) <= 0 || ctx.Err() != nil {
 			return wokeOther
 		}
-		n, err := unix.Poll(fds, int((left+time.Millisecond-1)/time.Millisecond))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		keys, err := set.wait(ctx, deadline)
 		if err != nil {
-			sleep(ctx, left)
+			sleep(ctx, time.Until(deadline))
 			return wokeOther
 		}
-		if n == 0 {
-			continue
-		}
-		for i := range fds {
-			if fds[i].Revents == 0 {
-				continue
-			}
-			fds[i].Revents = 0
+		for _, k := range keys {
 			switch {
-			case i == 0:
-				return wokeOther // ctx ended
-			case i == watched:
+			case k == watchKey:
 				if w.relevant(s, binary) {
 					return wokeExec // a process of binary may have started
 				}
@@ -248,36 +232,15 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 			default:
 				// A watched process exited: once none is left, a process
 				// of binary starting is what can end the wait.
-				fds[i].Fd = -1
-				if running--; running == 0 {
-					fds[watched].Fd = int32(w.fd)
+				if set.remove(pidfds[k]) != nil {
+					return wokeExit // check again; the next pause rebuilds the set
+				}
+				if running--; running == 0 && set.add(w.fd, watchKey) != nil {
+					return wokeExit
 				}
 			}
 		}
 	}
-}
-
-// ctxEventFD returns an eventfd that becomes readable when ctx ends, and
-// the function that releases it. stop must be called once, after the last
-// use of the descriptor; it returns once nothing writes to it any more.
-func ctxEventFD(ctx context.Context) (fd int, stop func(), err error) {
-	fd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return -1, nil, err
-	}
-	fired := make(chan struct{})
-	cancel := context.AfterFunc(ctx, func() {
-		defer close(fired)
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		_, _ = unix.Write(fd, one[:])
-	})
-	return fd, func() {
-		if !cancel() {
-			<-fired // running or run: wait before the descriptor is reused
-		}
-		unix.Close(fd)
-	}, nil
 }
 
 // describe formats processes for an error: "pid 12 (started at tick 345)".
