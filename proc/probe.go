@@ -68,17 +68,8 @@ func directProbe(ctx context.Context, req *http.Request, ap netip.AddrPort, dead
 		c.Close()
 		return nil, nil, c.cause(err)
 	}
-	// The status is the answer: closing the body does not read the rest
-	// of it (a chunked body's last chunk may come in a later segment, one
-	// more wakeup); the release closes the socket under it.
-	resp.Body = undrained{resp.Body}
 	return resp, func() { c.Close() }, nil
 }
-
-// undrained is a response body whose Close leaves what was not read.
-type undrained struct{ io.Reader }
-
-func (undrained) Close() error { return nil }
 
 // directAddr is u's host and port when the host is an IP literal and the
 // scheme one directProbe speaks (http, https; default ports 80 and 443).
