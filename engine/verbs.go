@@ -23,6 +23,19 @@ import (
 // plane down: etcd or kube-apiserver on the only control-plane node.
 var ErrControlPlaneDown = errors.New("the stop would take the control plane down")
 
+// ErrStopLeavesDependent is the refusal of a stop that would leave running a
+// component that cannot run without one it stops: kube-apiserver without
+// the local etcd it serves from.
+var ErrStopLeavesDependent = errors.New("the stop would leave a component without what it runs on")
+
+// apiServerUsesLocalEtcd reports whether st's kube-apiserver reaches etcd
+// only through this node's member: the rendered --etcd-servers, which an
+// extra arg may replace with other members.
+func apiServerUsesLocalEtcd(st *nodestate.NodeState) bool {
+	_, set := st.ExtraArgs[nodestate.KubeAPIServer]["etcd-servers"]
+	return !set
+}
+
 // StopOptions are the options of a stop.
 type StopOptions struct {
 	// AllowControlPlaneDown lets etcd and kube-apiserver be stopped on a
@@ -36,7 +49,8 @@ type StopOptions struct {
 // per st (stopped already, or not this node's) is an error wrapping
 // ErrUnknownComponent or ErrNothingToDo; etcd or kube-apiserver on a
 // single-member node is refused with ErrControlPlaneDown unless opts
-// allows it. Nothing is written.
+// allows it, and etcd without the kube-apiserver that serves from it with
+// ErrStopLeavesDependent. Nothing is written.
 func PlanStop(store Manifests, st *nodestate.NodeState, comps []string, opts StopOptions) (*Plan, error) {
 	running := manifest.NamesFor(st)
 	comps, err := verbComponents(st, comps, running, "running", "stopped already")
@@ -49,6 +63,9 @@ func PlanStop(store Manifests, st *nodestate.NodeState, comps []string, opts Sto
 				return nil, fmt.Errorf("%w: %s runs on the only control-plane node (etcd has one member): the API server is unreachable until it is started again", ErrControlPlaneDown, c)
 			}
 		}
+	}
+	if slices.Contains(comps, nodestate.Etcd) && slices.Contains(running, nodestate.KubeAPIServer) && !slices.Contains(comps, nodestate.KubeAPIServer) && apiServerUsesLocalEtcd(st) {
+		return nil, fmt.Errorf("%w: kube-apiserver on this node serves from its local etcd (--etcd-servers): without it the API server fails the verify and the stop rolls back; stop both (kube-apiserver etcd)", ErrStopLeavesDependent)
 	}
 	to := st.Clone()
 	for _, c := range st.Roster() {

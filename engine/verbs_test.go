@@ -188,3 +188,24 @@ func TestStopSurvivesReboot(t *testing.T) {
 		t.Fatalf("after the resumed start: stopped %v, scheduler running %v", st.Stopped, f.running(nodestate.Scheduler))
 	}
 }
+
+// PlanStop refuses to stop etcd while the kube-apiserver that serves from
+// it keeps running, unless the apiserver's --etcd-servers names other
+// members too; stopping both is allowed (with the control-plane flag on a
+// single-member node).
+func TestPlanStopKeepsTheAPIServersEtcd(t *testing.T) {
+	n := newMemNode(t)
+	down := StopOptions{AllowControlPlaneDown: true}
+	if _, err := PlanStop(n.store, n.st, []string{nodestate.Etcd}, down); !errors.Is(err, ErrStopLeavesDependent) {
+		t.Fatalf("stop etcd alone: %v, want ErrStopLeavesDependent", err)
+	}
+	plan, err := PlanStop(n.store, n.st, []string{nodestate.KubeAPIServer, nodestate.Etcd}, down)
+	if err != nil || !slices.Equal(plan.Changed(), []string{nodestate.Etcd, nodestate.KubeAPIServer}) {
+		t.Fatalf("stop etcd and kube-apiserver: %v, %v", plan, err)
+	}
+	st := n.st.Clone()
+	st.ExtraArgs = map[string]map[string]string{nodestate.KubeAPIServer: {"etcd-servers": "https://10.0.0.11:2379,https://10.0.0.12:2379"}}
+	if _, err := PlanStop(n.store, st, []string{nodestate.Etcd}, down); err != nil {
+		t.Fatalf("stop etcd alone, the apiserver on other members too: %v", err)
+	}
+}
