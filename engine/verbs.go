@@ -170,13 +170,7 @@ func inRosterOrder(st *nodestate.NodeState, comps []string) []string {
 // to the snapshot (the manifests back, the components waited for). Refused
 // as PlanStop says, and as Run is while a transaction is open.
 func (e *Engine) Stop(ctx context.Context, comps []string, opts StopOptions) (Result, error) {
-	return e.change(ctx, journal.KindStop, nil, func(p *Plan) string {
-		return "stop: " + strings.Join(p.Changed(), ", ")
-	}, func() (*Plan, error) {
-		st, err := e.j.NodeState()
-		if err != nil {
-			return nil, err
-		}
+	return e.verb(ctx, journal.KindStop, func(st *nodestate.NodeState) (*Plan, error) {
 		return PlanStop(e.store, st, comps, opts)
 	})
 }
@@ -188,14 +182,23 @@ func (e *Engine) Stop(ctx context.Context, comps []string, opts StopOptions) (Re
 // list. A failure rolls back: the manifests removed again, the processes
 // waited out.
 func (e *Engine) Start(ctx context.Context, comps []string) (Result, error) {
-	return e.change(ctx, journal.KindStart, nil, func(p *Plan) string {
-		return "start: " + strings.Join(p.Changed(), ", ")
+	return e.verb(ctx, journal.KindStart, func(st *nodestate.NodeState) (*Plan, error) {
+		return PlanStart(e.store, st, comps, e.store.Stamp())
+	})
+}
+
+// verb begins and drives a restart, stop or start (kind) of the plan that
+// plan makes from the journal's node state; its begin event reads
+// "KIND: COMPONENTS".
+func (e *Engine) verb(ctx context.Context, kind string, plan func(*nodestate.NodeState) (*Plan, error)) (Result, error) {
+	return e.change(ctx, kind, nil, func(p *Plan) string {
+		return kind + ": " + strings.Join(p.Changed(), ", ")
 	}, func() (*Plan, error) {
 		st, err := e.j.NodeState()
 		if err != nil {
 			return nil, err
 		}
-		return PlanStart(e.store, st, comps, e.store.Stamp())
+		return plan(st)
 	})
 }
 
