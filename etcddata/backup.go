@@ -335,3 +335,7 @@ func Verify(b *Backup) error {
 	}
 	return nil
 }
+
+// TLS is the client TLS configuration c describes: nil for an http
+// endpoint; for https, the CA and client certificate read now.
+func (c ClientConfig) TLS() (*tls.Config, error) { return c.tlsConfig() }

@@ -1,0 +1,223 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
+)
+
+// connect is node's coordinator through member m of c (plain http).
+func connect(t *testing.T, c *etcdcluster.Cluster, m int, node string, mod func(*cluster.Config)) *cluster.Coordinator {
+	t.Helper()
+	cfg := cluster.Config{Local: etcddata.ClientConfig{Endpoint: c.Members[m].ClientURL, DialTimeout: 5 * time.Second}, Node: node, TTL: 2 * time.Second, Wait: time.Minute}
+	if mod != nil {
+		mod(&cfg)
+	}
+	co, err := cluster.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { co.Close() })
+	return co
+}
+
+func acquire(t *testing.T, co *cluster.Coordinator, kind, resume string) *cluster.Hold {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := co.Acquire(ctx, kind, resume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestConnectUsesEveryMember(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	co := connect(t, c, 1, "node-2", nil)
+	eps := co.Endpoints()
+	if len(eps) != 3 || eps[0] != c.Members[1].ClientURL {
+		t.Fatalf("endpoints %v: want the local member first, then the other two of %v", eps, c.Endpoints())
+	}
+}
+
+// Two nodes at once: the second waits for the first, is told who holds the
+// lock, and gets it once the first has released it.
+func TestAcquireSerializes(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	one := connect(t, c, 0, "node-1", nil)
+	waited := make(chan cluster.Holder, 1)
+	two := connect(t, c, 1, "node-2", func(cfg *cluster.Config) { cfg.Waiting = func(h cluster.Holder) { waited <- h } })
+
+	h1 := acquire(t, one, "upgrade", "")
+	if err := h1.Begin(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "planned"}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var h2 *cluster.Hold
+	go func() {
+		var err error
+		h2, err = two.Acquire(context.Background(), "upgrade", "")
+		got <- err
+	}()
+	select {
+	case h := <-waited:
+		if h.Node != "node-1" || h.Kind != "upgrade" {
+			t.Fatalf("waiting for %+v, want node-1's upgrade", h)
+		}
+	case err := <-got:
+		t.Fatalf("node-2 took the lock while node-1 held it (err %v)", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("node-2 neither waited nor acquired")
+	}
+	h1.Phase(context.Background(), "applying")
+	if err := h1.End(context.Background(), "committed", ""); err != nil {
+		t.Fatal(err)
+	}
+	h1.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("node-2 did not get the lock after node-1 released it")
+	}
+	defer h2.Release()
+	v, err := two.View(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Nodes) != 1 || v.Nodes[0].Node != "node-1" || v.Nodes[0].Outcome != "committed" || v.Nodes[0].Open() || v.Halt != nil {
+		t.Fatalf("view %+v: want node-1 committed, no halt", v)
+	}
+	if v.Holder == nil || v.Holder.Node != "node-2" {
+		t.Fatalf("holder %+v, want node-2", v.Holder)
+	}
+}
+
+// A node that dies mid-transaction loses the lock with its lease, but its
+// open transaction still owns the rollout: another node is refused, naming
+// it, until that node's resume ends the transaction.
+func TestOpenTransactionOwnsTheRollout(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	one := connect(t, c, 0, "node-1", nil)
+	h := acquire(t, one, "upgrade", "")
+	if err := h.Begin(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "planned"}); err != nil {
+		t.Fatal(err)
+	}
+	h.Phase(context.Background(), "applying")
+	one.Close() // a crash: no Release, the lease expires after its TTL
+	two := connect(t, c, 2, "node-3", nil)
+	_, err := two.Acquire(context.Background(), "upgrade", "")
+	var busy *cluster.BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, cluster.ErrBusy) {
+		t.Fatalf("node-3 acquire: %v, want BusyError", err)
+	}
+	if busy.Progress.Node != "node-1" || busy.Progress.Txn != "t1" || busy.Progress.Phase != "applying" || !strings.Contains(err.Error(), "stratum-upgrade resume") {
+		t.Fatalf("busy: %+v / %v", busy.Progress, err)
+	}
+
+	again := connect(t, c, 0, "node-1", nil)
+	h = acquire(t, again, "upgrade", "t1")
+	if err := h.Resumed(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "applying"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.End(context.Background(), "committed", ""); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	acquire(t, two, "upgrade", "").Release()
+}
+
+// A rollback halts the rollout for every node, the one that rolled back
+// too, until ClearHalt.
+func TestRollbackHaltsTheRollout(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	one := connect(t, c, 0, "node-1", nil)
+	h := acquire(t, one, "upgrade", "")
+	if err := h.Begin(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "planned"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.End(context.Background(), "rolled-back", "kube-apiserver did not answer"); err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	for i, node := range []string{"node-1", "node-2"} {
+		co := connect(t, c, i, node, nil)
+		_, err := co.Acquire(context.Background(), "upgrade", "")
+		var halted *cluster.HaltedError
+		if !errors.As(err, &halted) || halted.Halt.Node != "node-1" || halted.Halt.Txn != "t1" || halted.Halt.Outcome != "rolled-back" {
+			t.Fatalf("%s acquire: %v, want the halt of node-1's t1", node, err)
+		}
+		for _, want := range []string{"kube-apiserver did not answer", "clear-halt"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q does not say %q", err, want)
+			}
+		}
+	}
+	two := connect(t, c, 1, "node-2", nil)
+	cleared, err := two.ClearHalt(context.Background())
+	if err != nil || cleared == nil || cleared.Txn != "t1" {
+		t.Fatalf("clear: %+v, %v", cleared, err)
+	}
+	if again, err := two.ClearHalt(context.Background()); err != nil || again != nil {
+		t.Fatalf("second clear: %+v, %v; want nothing to clear", again, err)
+	}
+	acquire(t, two, "upgrade", "").Release()
+}
+
+func TestLockTimeoutNamesTheHolder(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	h := acquire(t, connect(t, c, 0, "node-1", nil), "restart", "")
+	defer h.Release()
+	two := connect(t, c, 1, "node-2", func(cfg *cluster.Config) { cfg.Wait = time.Second })
+	_, err := two.Acquire(context.Background(), "upgrade", "")
+	if !errors.Is(err, cluster.ErrLockTimeout) || !strings.Contains(err.Error(), "node-1") {
+		t.Fatalf("acquire: %v, want a lock timeout naming node-1", err)
+	}
+}
+
+// A lease lost between Acquire and Begin (revoked here, as an expiry would)
+// fails Begin: nothing is recorded under a lock the node no longer holds.
+func TestBeginNeedsTheLock(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	co := connect(t, c, 0, "node-1", nil)
+	h := acquire(t, co, "upgrade", "")
+	defer h.Release()
+	cli := c.Client(t)
+	r, err := cli.Get(context.Background(), cluster.Prefix+"lock", clientv3.WithPrefix())
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("lock keys: %v %v", r, err)
+	}
+	if _, err := cli.Revoke(context.Background(), clientv3.LeaseID(r.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	err = h.Begin(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "planned"})
+	if !errors.Is(err, cluster.ErrLockTimeout) {
+		t.Fatalf("begin after the lease was revoked: %v", err)
+	}
+	if p, err := co.Node(context.Background(), "node-1"); err != nil || p != nil {
+		t.Fatalf("node-1's progress %+v (%v), want none", p, err)
+	}
+}
+
+// A value the package did not write is an error naming its key.
+func TestViewRefusesForeignValues(t *testing.T) {
+	c := etcdcluster.Start(t, 1, "3.6")
+	if _, err := c.Client(t).Put(context.Background(), cluster.Prefix+"nodes/x", "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := connect(t, c, 0, "node-1", nil).View(context.Background())
+	if err == nil || !strings.Contains(err.Error(), cluster.Prefix+"nodes/x") {
+		t.Fatalf("view: %v", err)
+	}
+}

@@ -1,0 +1,86 @@
+package cluster
+
+// What the nodes of one cluster keep in its etcd to coordinate, and nothing
+// else: the local journal stays the truth for its node.
+//
+// Every key lives under Prefix:
+//
+//	/stratum-upgrade/rollout/lock/<lease>   concurrency.Mutex: one node at a time
+//	/stratum-upgrade/rollout/holder          JSON Holder, attached to the lock holder's lease
+//	/stratum-upgrade/rollout/nodes/<node>    JSON Progress: the node's last transaction
+//	/stratum-upgrade/rollout/halt            JSON Halt: set when a transaction ends rolled back
+//	                                          or rollback-failed; only ClearHalt removes it
+//
+// A node's Progress is written only by that node. A node whose Progress is
+// open (no outcome yet) owns the rollout, whether or not its lease still
+// holds the lock: another node refuses to begin until that node's resume
+// ends its transaction. The values are JSON so that etcdctl shows them.
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Prefix is the root of every key this package reads or writes.
+const Prefix = "/stratum-upgrade/rollout/"
+
+const (
+	lockPrefix  = Prefix + "lock"
+	holderKey   = Prefix + "holder"
+	nodesPrefix = Prefix + "nodes/"
+	haltKey     = Prefix + "halt"
+)
+
+// Progress is one node's last transaction as the cluster sees it.
+type Progress struct {
+	Node string `json:"node"`
+	Txn  string `json:"txn"`
+	Kind string `json:"kind"`
+	// Phase is the journal phase last reported.
+	Phase string `json:"phase"`
+	// Outcome is empty while the transaction is open, then committed,
+	// rolled-back or rollback-failed.
+	Outcome string `json:"outcome,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// To is the target's Kubernetes and etcd versions, for status.
+	To      string    `json:"to,omitempty"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+}
+
+// Open reports whether the transaction has not ended.
+func (p Progress) Open() bool { return p.Outcome == "" && p.Txn != "" }
+
+// Halt stops the rollout: a node's transaction ended rolled back or
+// rollback-failed, and no node begins another until an operator clears it.
+type Halt struct {
+	Node    string    `json:"node"`
+	Txn     string    `json:"txn"`
+	Outcome string    `json:"outcome"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// Holder is the node holding the lock, with what it is doing.
+type Holder struct {
+	Node  string    `json:"node"`
+	Kind  string    `json:"kind"`
+	Since time.Time `json:"since"`
+}
+
+func encode(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("encode %T: %w", v, err)
+	}
+	return string(b), nil
+}
+
+func decode[T any](key string, b []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("etcd key %s does not hold what stratum-upgrade wrote (%v); inspect it with etcdctl get %s", key, err, key)
+	}
+	return v, nil
+}
