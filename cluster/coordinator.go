@@ -60,7 +60,7 @@ var (
 type HaltedError struct{ Halt Halt }
 
 func (e *HaltedError) Error() string {
-	return fmt.Sprintf("the rollout is halted: transaction %s on node %s ended %s at %s (%s); no node begins a transaction until an operator has looked at %s and run `stratum-upgrade cluster clear-halt`",
+	return fmt.Sprintf("the rollout is halted: transaction %s on node %s ended %s at %s (%s); no node begins a transaction until an operator has looked at %s and run `stratum-upgrade clear-halt`",
 		e.Halt.Txn, e.Halt.Node, e.Halt.Outcome, e.Halt.At.UTC().Format(time.RFC3339), orNone(e.Halt.Reason), e.Halt.Node)
 }
 func (e *HaltedError) Unwrap() error { return ErrHalted }

@@ -165,16 +165,23 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 	if err != nil {
 		return Result{}, err
 	}
-	txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
-	if err != nil {
-		return Result{}, err
-	}
-	for _, f := range p.Ignored {
-		e.event(txn.ID, journal.PhasePlanned, "preflight", f.Component, "", fmt.Sprintf("warning: pre-flight check %s failed and is ignored (--ignore-preflight-errors): %s", f.Check, f.Message))
-	}
-	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", what(p))
-	e.hit(fault.AfterBegin)
-	return e.drive(ctx, &txn)
+	return e.coordinated(ctx, p.From, kind, "", func() (Result, error) {
+		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
+		if err != nil {
+			return Result{}, err
+		}
+		if ok, err := e.recordBegin(ctx, &txn, p.To); err != nil {
+			return Result{Txn: txn.ID}, err
+		} else if !ok {
+			return e.drive(ctx, &txn)
+		}
+		for _, f := range p.Ignored {
+			e.event(txn.ID, journal.PhasePlanned, "preflight", f.Component, "", fmt.Sprintf("warning: pre-flight check %s failed and is ignored (--ignore-preflight-errors): %s", f.Check, f.Message))
+		}
+		e.event(txn.ID, journal.PhasePlanned, "begin", "", "", what(p))
+		e.hit(fault.AfterBegin)
+		return e.drive(ctx, &txn)
+	})
 }
 
 func openTxnError(t *journal.Txn) error {
@@ -192,8 +199,27 @@ func (e *Engine) Resume(ctx context.Context) (Result, error) {
 	if txn == nil {
 		return Result{Outcome: Nothing}, nil
 	}
-	e.event(txn.ID, txn.Phase, "resume", "", "", "resuming transaction "+txn.ID+" in phase "+string(txn.Phase))
-	return e.drive(ctx, txn)
+	return e.driveOwn(ctx, txn, func() error {
+		e.event(txn.ID, txn.Phase, "resume", "", "", "resuming transaction "+txn.ID+" in phase "+string(txn.Phase))
+		return nil
+	})
+}
+
+// driveOwn drives the node's open transaction again, holding the rollout
+// lock on a multi-member cluster; first runs once the lock is held, and
+// its error ends it with nothing driven.
+func (e *Engine) driveOwn(ctx context.Context, txn *journal.Txn, first func() error) (Result, error) {
+	from, err := nodestate.Parse(txn.From)
+	if err != nil {
+		return Result{Txn: txn.ID}, fmt.Errorf("transaction %s: node state before: %w", txn.ID, err)
+	}
+	return e.coordinated(ctx, from, txn.Kind, txn.ID, func() (Result, error) {
+		if err := first(); err != nil {
+			return Result{Txn: txn.ID}, err
+		}
+		e.recordResume(ctx, txn)
+		return e.drive(ctx, txn)
+	})
 }
 
 // Rollback rolls back the open transaction, whatever its phase.
@@ -211,15 +237,20 @@ func (e *Engine) Rollback(ctx context.Context, reason string) (Result, error) {
 		if _, err := e.trustOpen(txn); err != nil {
 			return Result{Txn: txn.ID}, err
 		}
+	}
+	return e.driveOwn(ctx, txn, func() error {
+		if txn.Phase == journal.PhaseRollingBack {
+			return nil
+		}
 		if err := e.j.Update(txn.ID, func(t *journal.Txn) error {
 			t.Phase, t.Reason = journal.PhaseRollingBack, reason
 			return nil
 		}); err != nil {
-			return Result{}, err
+			return err
 		}
 		txn.Phase, txn.Reason = journal.PhaseRollingBack, reason
-	}
-	return e.drive(ctx, txn)
+		return nil
+	})
 }
 
 // RollbackLast undoes the last committed upgrade: a new transaction (kind
@@ -270,11 +301,18 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	from, _ := cur.Marshal()
-	txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed(), Targets: plan.Targets()})
-	if err != nil {
-		return Result{}, err
-	}
-	e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", ")))
-	e.hit(fault.AfterBegin)
-	return e.drive(ctx, &txn)
+	return e.coordinated(ctx, cur, journal.KindRollbackLast, "", func() (Result, error) {
+		txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed(), Targets: plan.Targets()})
+		if err != nil {
+			return Result{}, err
+		}
+		if ok, err := e.recordBegin(ctx, &txn, old); err != nil {
+			return Result{Txn: txn.ID}, err
+		} else if !ok {
+			return e.drive(ctx, &txn)
+		}
+		e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", ")))
+		e.hit(fault.AfterBegin)
+		return e.drive(ctx, &txn)
+	})
 }

@@ -122,6 +122,7 @@ func (e *Engine) setPhase(r *run, p journal.Phase, reason string) error {
 	if reason != "" {
 		r.txn.Reason = reason
 	}
+	e.recordPhase(p)
 	return nil
 }
 
@@ -135,6 +136,9 @@ func (e *Engine) append(r *run, p journal.Phase, recs ...journal.Record) error {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)
 	}
 	r.recs = append(r.recs, stored...)
+	if r.txn.Phase != p {
+		e.recordPhase(p)
+	}
 	r.txn.Phase = p
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -95,6 +96,9 @@ type Config struct {
 	Log       *slog.Logger
 	// Events, if set, receives a progress event for every step.
 	Events func(Event)
+	// Coordination configures the rollout lock a node of a multi-member
+	// etcd cluster takes (coordinate.go).
+	Coordination Coordination
 }
 
 // Engine runs transactions. It is not safe for concurrent use; the journal's
@@ -112,6 +116,10 @@ type Engine struct {
 	crash func(fault.Point)
 	// noCgroupOnce says once that the pod cgroups cannot be watched.
 	noCgroupOnce sync.Once
+	coord        Coordination
+	// hold is the rollout lock while a transaction of a multi-member
+	// cluster is driven (nil otherwise).
+	hold *cluster.Hold
 }
 
 // New returns an Engine for cfg.
@@ -119,7 +127,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, coord: cfg.Coordination}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

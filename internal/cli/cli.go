@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -86,7 +87,7 @@ var exitCodes = []struct {
 	{ExitUsage, "bad usage (flags, missing --to, malformed release or node state file,\nunknown component in a release)"},
 	{ExitRolledBack, "the upgrade failed and was rolled back: the node runs what it ran before"},
 	{ExitRollbackFailed, "the upgrade failed and so did its rollback: the node needs an operator"},
-	{ExitBusy, "busy: another stratum-upgrade holds the journal, or a transaction is\nopen (resume or roll it back first)"},
+	{ExitBusy, "busy: another stratum-upgrade holds the journal, or a transaction is\nopen (resume or roll it back first); in a multi-member cluster, another\nnode owns the rollout or it is halted (status --cluster)"},
 	{ExitInterrupted, "interrupted by SIGINT/SIGTERM: the transaction stays open; run resume"},
 }
 
@@ -162,7 +163,8 @@ func ExitCode(err error) int {
 		return ExitRollbackFailed
 	case errors.Is(err, engine.ErrRolledBack):
 		return ExitRolledBack
-	case errors.Is(err, journal.ErrLocked), errors.Is(err, manifest.ErrLocked), errors.Is(err, journal.ErrTxnOpen):
+	case errors.Is(err, journal.ErrLocked), errors.Is(err, manifest.ErrLocked), errors.Is(err, journal.ErrTxnOpen),
+		errors.Is(err, cluster.ErrBusy), errors.Is(err, cluster.ErrHalted), errors.Is(err, cluster.ErrLockTimeout):
 		return ExitBusy
 	case errors.Is(err, engine.ErrNothingToDo):
 		return ExitOK
@@ -175,6 +177,7 @@ type globals struct {
 	manifestDir string
 	stateDir    string
 	dl          engine.Deadlines
+	coord       engine.Coordination
 	keep        int
 	lockTimeout time.Duration
 	logLevel    string
@@ -357,7 +360,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	}
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
-		newRollbackCmd(g), newStatusCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
+		newRollbackCmd(g), newStatusCmd(g), newClearHaltCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
 	g.conventions(root)
 	return root

@@ -23,7 +23,7 @@ import (
 // commands that drive a transaction (run, resume, rollback).
 var (
 	globalFlags = []string{"manifest-dir", "state-dir", "lock-timeout", "log-level", "output", "proc-scope"}
-	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file"}
+	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file", "cluster-wait"}
 )
 
 // defineFlags binds every global and transaction flag to g, in one set
@@ -38,6 +38,7 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.DurationVar(&g.dl.Release, "release-wait", engine.DefaultDeadlines.Release, "where kubelet's pod cgroups cannot be seen: how long a stopped component stays stopped, for kubelet to release its pod's name, before its new manifest is written")
 	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit (health is checked every 200ms)")
 	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
+	f.DurationVar(&g.coord.Wait, "cluster-wait", 30*time.Minute, "on a node of a multi-member etcd cluster: how long to wait while another node holds the rollout lock")
 	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
 	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
@@ -70,6 +71,7 @@ func (g *globals) setup() error {
 	}{
 		{"--replace-timeout", g.dl.Replace}, {"--active-timeout", g.dl.Active}, {"--stop-timeout", g.dl.Stop},
 		{"--release-wait", g.dl.Release}, {"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
+		{"--cluster-wait", g.coord.Wait},
 	} {
 		if d.v <= 0 {
 			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))

@@ -76,7 +76,12 @@ var conventionsOf = map[string]commandConventions{
   # Undo the last committed upgrade from its snapshot.
   stratum-upgrade rollback --last`},
 	"status": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade status
-  stratum-upgrade status -o json`},
+  stratum-upgrade status -o json
+  # The rollout of a multi-member cluster: the lock, a halt, every node.
+  stratum-upgrade status --cluster`},
+	"clear-halt": {group: "upgrade", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  # After looking at the node whose rollback halted the rollout.
+  stratum-upgrade status --cluster
+  stratum-upgrade clear-halt`},
 	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
   # One transaction with every journaled step.
   stratum-upgrade history 20261202T130405Z-1a2b`},

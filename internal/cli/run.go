@@ -204,7 +204,7 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
-		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event,
+		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord,
 	})
 	if err != nil {
 		return err

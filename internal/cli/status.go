@@ -18,7 +18,8 @@ import (
 )
 
 func newStatusCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var ofCluster bool
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the open transaction, each component's manifest and processes, and stray files",
 		Long: `status shows the open transaction and its phase (or the last one), and for
@@ -32,9 +33,17 @@ lists stray files in the manifest directory.
 
 It opens the journal read-only. While a run, resume or rollback holds the
 journal, status says so and shows that command's last progress event from
-<state-dir>/progress.json instead of the journal's view.`,
+<state-dir>/progress.json instead of the journal's view.
+
+status --cluster shows, on a node of a multi-member etcd cluster, the rollout
+as the cluster's etcd holds it: which node holds the rollout lock, whether the
+rollout is halted (and by which node's transaction), and every node's last
+transaction and its phase.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			if ofCluster {
+				return g.statusCluster()
+			}
 			rep, err := g.status()
 			if err != nil {
 				return err
@@ -46,6 +55,8 @@ journal, status says so and shows that command's last progress event from
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&ofCluster, "cluster", false, "show the rollout of a multi-member cluster from its etcd: the lock, a halt, every node's last transaction")
+	return cmd
 }
 
 // componentStatus is one component in status.

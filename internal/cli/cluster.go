@@ -1,0 +1,136 @@
+package cli
+
+// The cluster's side of a multi-member control plane: status --cluster and
+// clear-halt, both through the node's own etcd client certificate.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/etcddata"
+)
+
+// errSingleMember: the node's etcd has one member; there is no rollout.
+var errSingleMember = errors.New("this node's etcd has a single member: there is no cluster rollout (run, apply and the verbs take no lock)")
+
+// coordinator connects to the cluster of the journal's node state.
+func (g *globals) coordinator(ctx context.Context) (*cluster.Coordinator, error) {
+	j, err := g.openJournal(true)
+	if err != nil {
+		return nil, err
+	}
+	st, err := j.NodeState()
+	j.Close()
+	if err != nil {
+		return nil, err
+	}
+	if st.SingleMember() {
+		return nil, errSingleMember
+	}
+	known, err := cluster.LoadEndpoints(filepath.Join(g.stateDir, cluster.EndpointsFile))
+	if err != nil {
+		g.log.Warn("ignoring the known etcd endpoints", "err", err)
+	}
+	return cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(st), Known: known, Node: st.NodeName, Log: g.log})
+}
+
+// clusterReport is status --cluster's output.
+type clusterReport struct {
+	Endpoints []string      `json:"endpoints"`
+	View      *cluster.View `json:"rollout"`
+}
+
+func (g *globals) statusCluster() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := g.coordinator(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.View(ctx)
+	if err != nil {
+		return err
+	}
+	rep := clusterReport{Endpoints: c.Endpoints(), View: v}
+	if g.json() {
+		return writeJSON(g.stdout, rep)
+	}
+	rep.print(g.stdout)
+	return nil
+}
+
+func (rep clusterReport) print(w io.Writer) {
+	v := rep.View
+	fmt.Fprintf(w, "etcd: %d endpoints (%s), revision %d\n", len(rep.Endpoints), list(rep.Endpoints), v.Revision)
+	if v.Holder != nil {
+		fmt.Fprintf(w, "rollout lock: held by %s (%s) since %s\n", v.Holder.Node, v.Holder.Kind, v.Holder.Since.Format(time.RFC3339))
+	} else {
+		fmt.Fprintln(w, "rollout lock: free")
+	}
+	if h := v.Halt; h != nil {
+		fmt.Fprintf(w, "HALTED: transaction %s on %s ended %s at %s: %s\n", h.Txn, h.Node, h.Outcome, h.At.Format(time.RFC3339), orNone(h.Reason))
+		fmt.Fprintf(w, "  no node begins a transaction until the halt is cleared: look at %s (stratum-upgrade history there), then run stratum-upgrade clear-halt\n", h.Node)
+	}
+	if len(v.Nodes) == 0 {
+		fmt.Fprintln(w, "no node has recorded a transaction")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tTXN\tKIND\tPHASE\tOPEN\tTARGET\tUPDATED")
+	for _, p := range v.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Node, p.Txn, p.Kind, p.Phase, yesNo(p.Open()), orDash(p.To), p.Updated.Format(time.RFC3339))
+	}
+	tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no reason recorded"
+	}
+	return s
+}
+
+func newClearHaltCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "clear-halt",
+		Short: "Let the nodes of a multi-member cluster begin transactions again after one rolled back",
+		Long: `When a transaction on a node of a multi-member etcd cluster ends rolled back
+or rollback-failed, the rollout halts: every node refuses to begin another
+transaction (run, apply, restart, stop, start, rollback --last) and says which
+node halted it and why. Look at that node first (status, history); then
+clear-halt removes the halt, through this node's etcd client certificate, and
+prints what it cleared. It changes nothing on any node.`,
+		Args: cobra.NoArgs,
+		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, err := g.coordinator(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			h, err := c.ClearHalt(ctx)
+			if err != nil {
+				return err
+			}
+			if g.json() {
+				return writeJSON(g.stdout, map[string]any{"cleared": h})
+			}
+			if h == nil {
+				fmt.Fprintln(g.stdout, "nothing to do: the rollout is not halted")
+				return nil
+			}
+			fmt.Fprintf(g.stdout, "cleared the halt of transaction %s on %s (%s at %s: %s); nodes may begin transactions again\n", h.Txn, h.Node, h.Outcome, h.At.Format(time.RFC3339), orNone(h.Reason))
+			return nil
+		}),
+	}
+}
