@@ -6,11 +6,12 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/google/renameio/v2"
+	"github.com/ciq/stratum-upgrade/durable"
 )
 
 // EndpointsFile is the file's name in the state directory.
@@ -19,8 +20,8 @@ const EndpointsFile = "cluster-endpoints.json"
 // LoadEndpoints reads the endpoints SaveEndpoints kept at path: none when
 // the file is missing; an error when it is not what SaveEndpoints writes.
 func LoadEndpoints(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
+	b, _, err := durable.ReadRegular(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
@@ -38,14 +39,15 @@ func LoadEndpoints(path string) ([]string, error) {
 	return eps, nil
 }
 
-// SaveEndpoints writes eps to path, atomically and durably (renameio): the
-// file is the old list or the new one, never a mix, also after a crash.
+// SaveEndpoints writes eps to path with durable.WriteFile: atomic and
+// durable, the old list or the new one, never a mix, also after a crash; a
+// symlink at path is refused.
 func SaveEndpoints(path string, eps []string) error {
 	b, err := json.Marshal(eps)
 	if err != nil {
 		return fmt.Errorf("known etcd endpoints: %w", err)
 	}
-	if err := renameio.WriteFile(path, b, 0o600); err != nil {
+	if _, err := durable.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("known etcd endpoints: %w", err)
 	}
 	return nil

@@ -33,6 +33,7 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 		"--manifest-dir=" + n.ManifestDir,
 		"--root-dir=" + n.KubeletDir,
 		"--node-name=" + n.State.NodeName,
+		"--node-ip=" + n.State.AdvertiseAddress,
 		"--image-map=" + n.ImageMapFile,
 		"--relist=" + d(opts.Relist, time.Second),
 		"--start-delay=" + d(opts.StartDelay, 100*time.Millisecond),

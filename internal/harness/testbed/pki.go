@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -13,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -28,32 +28,80 @@ import (
 // key is ECDSA P-256. Serving certificates carry the SANs 127.0.0.1, ::1,
 // localhost, the node name and advertise. Keys are 0600, certificates 0644.
 // The set is real and consistent: etcd runs on it, and a client holding
-// apiserver-etcd-client.crt reaches etcd.
+// apiserver-etcd-client.crt reaches etcd. Its authorities are new, shared
+// with no other node: it is NewCAs followed by CAs.IssueNode.
 func GeneratePKI(dir, nodeName, advertise string) error {
+	cas, err := NewCAs()
+	if err != nil {
+		return err
+	}
+	return cas.IssueNode(dir, nodeName, advertise)
+}
+
+// CAs are the authorities and the service-account key pair the nodes of
+// one cluster share: the cluster CA, the etcd CA, the front-proxy CA and
+// sa.key/sa.pub. They live in memory until IssueNode writes them.
+type CAs struct {
+	ca, etcd, frontProxy *authority
+	sa                   *ecdsa.PrivateKey
+}
+
+// NewCAs generates a new set of authorities (ECDSA P-256, valid ten years)
+// and a new service-account key.
+func NewCAs() (*CAs, error) {
+	var c CAs
+	var err error
+	if c.ca, err = newCA("kubernetes"); err != nil {
+		return nil, err
+	}
+	if c.etcd, err = newCA("etcd-ca"); err != nil {
+		return nil, err
+	}
+	if c.frontProxy, err = newCA("front-proxy-ca"); err != nil {
+		return nil, err
+	}
+	if c.sa, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		return nil, fmt.Errorf("pki: sa key: %w", err)
+	}
+	return &c, nil
+}
+
+// IssueNode writes the layout GeneratePKI describes under dir: the shared
+// authorities' certificates and keys, sa.key/sa.pub, and every leaf
+// certificate new, signed by them, for node nodeName advertising
+// advertise. Nodes issued from the same CAs trust each other: an etcd
+// peer certificate of one is accepted by every other member, and a client
+// certificate of one by every node's etcd and apiserver. The serving
+// certificates carry advertise as an IP SAN when it is an IP address
+// (127.0.0.11 too; 127.0.0.1 and ::1 are always there). It refuses an
+// empty dir or node name and an advertise address that is not an IP.
+func (c *CAs) IssueNode(dir, nodeName, advertise string) error {
+	if dir == "" || nodeName == "" {
+		return fmt.Errorf("pki: directory %q and node name %q must not be empty", dir, nodeName)
+	}
+	adv := net.ParseIP(advertise)
+	if adv == nil {
+		return fmt.Errorf("pki %s: advertise address %q is not an IP address", dir, advertise)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "etcd"), 0o755); err != nil {
 		return fmt.Errorf("pki %s: %w", dir, err)
 	}
+	for _, a := range []struct {
+		ca   *authority
+		name string
+	}{{c.ca, "ca"}, {c.etcd, "etcd/ca"}, {c.frontProxy, "front-proxy-ca"}} {
+		if err := a.ca.write(dir, a.name); err != nil {
+			return err
+		}
+	}
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	if ip := net.ParseIP(advertise); ip != nil && !ip.IsLoopback() {
-		ips = append(ips, ip)
+	if !slices.ContainsFunc(ips, adv.Equal) {
+		ips = append(ips, adv)
 	}
 	dns := []string{"localhost", nodeName}
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-
-	ca, err := newCA(dir, "ca", "kubernetes")
-	if err != nil {
-		return err
-	}
-	etcdCA, err := newCA(dir, "etcd/ca", "etcd-ca")
-	if err != nil {
-		return err
-	}
-	fpCA, err := newCA(dir, "front-proxy-ca", "front-proxy-ca")
-	if err != nil {
-		return err
-	}
 	leaves := []struct {
 		ca    *authority
 		name  string
@@ -62,16 +110,16 @@ func GeneratePKI(dir, nodeName, advertise string) error {
 		usage []x509.ExtKeyUsage
 		sans  bool
 	}{
-		{ca, "apiserver", "kube-apiserver", nil, server, true},
-		{ca, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"kubeadm:cluster-admins"}, client, false},
-		{fpCA, "front-proxy-client", "front-proxy-client", nil, client, false},
-		{etcdCA, "etcd/server", nodeName, nil, both, true},
-		{etcdCA, "etcd/peer", nodeName, nil, both, true},
-		{etcdCA, "etcd/healthcheck-client", "kube-etcd-healthcheck-client", nil, client, false},
-		{etcdCA, "apiserver-etcd-client", "kube-apiserver-etcd-client", nil, client, false},
-		{ca, "controller-manager", "system:kube-controller-manager", nil, client, false},
-		{ca, "scheduler", "system:kube-scheduler", nil, client, false},
-		{ca, "admin", "kubernetes-admin", []string{"system:masters"}, client, false},
+		{c.ca, "apiserver", "kube-apiserver", nil, server, true},
+		{c.ca, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"kubeadm:cluster-admins"}, client, false},
+		{c.frontProxy, "front-proxy-client", "front-proxy-client", nil, client, false},
+		{c.etcd, "etcd/server", nodeName, nil, both, true},
+		{c.etcd, "etcd/peer", nodeName, nil, both, true},
+		{c.etcd, "etcd/healthcheck-client", "kube-etcd-healthcheck-client", nil, client, false},
+		{c.etcd, "apiserver-etcd-client", "kube-apiserver-etcd-client", nil, client, false},
+		{c.ca, "controller-manager", "system:kube-controller-manager", nil, client, false},
+		{c.ca, "scheduler", "system:kube-scheduler", nil, client, false},
+		{c.ca, "admin", "kubernetes-admin", []string{"system:masters"}, client, false},
 	}
 	for _, l := range leaves {
 		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: l.cn, Organization: l.org}, ExtKeyUsage: l.usage,
@@ -86,14 +134,10 @@ func GeneratePKI(dir, nodeName, advertise string) error {
 			return err
 		}
 	}
-	sa, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fmt.Errorf("pki: sa key: %w", err)
-	}
-	if err := writeKey(filepath.Join(dir, "sa.key"), sa); err != nil {
+	if err := writeKey(filepath.Join(dir, "sa.key"), c.sa); err != nil {
 		return err
 	}
-	pub, err := x509.MarshalPKIXPublicKey(&sa.PublicKey)
+	pub, err := x509.MarshalPKIXPublicKey(&c.sa.PublicKey)
 	if err != nil {
 		return fmt.Errorf("pki: sa.pub: %w", err)
 	}
@@ -102,7 +146,7 @@ func GeneratePKI(dir, nodeName, advertise string) error {
 
 type authority struct {
 	cert *x509.Certificate
-	key  crypto.Signer
+	key  *ecdsa.PrivateKey
 }
 
 func serial() *big.Int {
@@ -110,10 +154,10 @@ func serial() *big.Int {
 	return n
 }
 
-func newCA(dir, name, cn string) (*authority, error) {
+func newCA(cn string) (*authority, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("pki %s: %w", name, err)
+		return nil, fmt.Errorf("pki CA %s: %w", cn, err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -124,19 +168,21 @@ func newCA(dir, name, cn string) (*authority, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, fmt.Errorf("pki %s: %w", name, err)
+		return nil, fmt.Errorf("pki CA %s: %w", cn, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, fmt.Errorf("pki %s: %w", name, err)
-	}
-	if err := writePEM(filepath.Join(dir, name+".crt"), "CERTIFICATE", der, 0o644); err != nil {
-		return nil, err
-	}
-	if err := writeKey(filepath.Join(dir, name+".key"), key); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pki CA %s: %w", cn, err)
 	}
 	return &authority{cert: cert, key: key}, nil
+}
+
+// write writes the authority's certificate and key as dir/name.crt and .key.
+func (a *authority) write(dir, name string) error {
+	if err := writePEM(filepath.Join(dir, name+".crt"), "CERTIFICATE", a.cert.Raw, 0o644); err != nil {
+		return err
+	}
+	return writeKey(filepath.Join(dir, name+".key"), a.key)
 }
 
 func (a *authority) issue(dir, name string, tmpl *x509.Certificate) error {

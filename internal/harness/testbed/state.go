@@ -18,8 +18,24 @@ import (
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
-// prepareState loads the state file and rewrites it to run inside the root.
-func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
+// member is what StartClusterContext decides for one node before its state
+// is written: its number, address, ports and the cluster's etcd
+// membership. A single node (StartNode) has none.
+type member struct {
+	number         int // 1..n: node-<number>
+	address        string
+	ports          nodestate.Ports
+	initialCluster string
+	cas            *CAs
+}
+
+// name is the member's node name and etcd member name.
+func (m *member) name() string { return "node-" + strconv.Itoa(m.number) }
+
+// prepareState loads the state file and rewrites it to run inside the
+// root: as a single-member node at 127.0.0.1 on new free ports, or with
+// m, as member m of a cluster.
+func (n *Node) prepareState(opts Options, m *member) (*nodestate.NodeState, error) {
 	path := opts.StateFile
 	if path == "" {
 		path = "testdata/states/default.yaml"
@@ -37,6 +53,10 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 	}
 	r := n.Root
 	st.AdvertiseAddress = "127.0.0.1"
+	if m != nil {
+		st.AdvertiseAddress = m.address
+		st.NodeName, st.Etcd.MemberName = m.name(), m.name()
+	}
 	st.PKIDir = filepath.Join(r, "etc/kubernetes/pki")
 	st.KubeconfigDir = filepath.Join(r, "etc/kubernetes")
 	st.ConfigDir = filepath.Join(r, "etc/kubernetes/stratum")
@@ -72,12 +92,16 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 		}
 		st.Profile.AuditLogDir = filepath.Join(r, "var/log/kubernetes/audit")
 	}
-	ports, err := FreePorts(6)
-	if err != nil {
-		return nil, err
+	if m != nil {
+		st.Ports, st.Etcd.InitialCluster = m.ports, m.initialCluster
+	} else {
+		ports, err := FreePorts(portsPerNode)
+		if err != nil {
+			return nil, err
+		}
+		st.Ports = nodePorts(ports)
+		st.Etcd.InitialCluster = st.Etcd.MemberName + "=" + EtcdURLAt(st.AdvertiseAddress, st.Ports.EtcdPeer)
 	}
-	st.Ports = nodestate.Ports{EtcdClient: ports[0], EtcdPeer: ports[1], EtcdMetrics: ports[2], APIServer: ports[3], ControllerManager: ports[4], Scheduler: ports[5]}
-	st.Etcd.InitialCluster = st.Etcd.MemberName + "=https://" + net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.EtcdPeer))
 	st.Etcd.InitialClusterState = "new"
 	if opts.Real {
 		if st.ExtraArgs == nil {
@@ -91,6 +115,9 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 	if opts.Mutate != nil {
 		opts.Mutate(st)
 	}
+	if opts.MutateNode != nil && m != nil {
+		opts.MutateNode(m.number, st)
+	}
 	for _, d := range []string{st.KubeconfigDir, st.ConfigDir, filepath.Dir(st.Etcd.DataDir)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("testbed: %w", err)
@@ -100,6 +127,14 @@ func (n *Node) prepareState(opts Options) (*nodestate.NodeState, error) {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}
 	return st, nil
+}
+
+// portsPerNode is how many ports a node takes: nodePorts' order.
+const portsPerNode = 6
+
+// nodePorts assigns portsPerNode free ports to a node's listeners.
+func nodePorts(p []int) nodestate.Ports {
+	return nodestate.Ports{EtcdClient: p[0], EtcdPeer: p[1], EtcdMetrics: p[2], APIServer: p[3], ControllerManager: p[4], Scheduler: p[5]}
 }
 
 // handedOut is every port FreePorts returned in this process: nodes started

@@ -5,7 +5,8 @@
 // images, kubeadm's PKI generated for real, and the manifests rendered by
 // package manifest. Start waits until every component is active and
 // registers a teardown that leaves no process behind even when the test
-// fails.
+// fails. StartCluster does the same for several nodes, each at its own
+// loopback address, whose etcds form one cluster (cluster.go).
 //
 // Everything lives under the node's root directory; every port is a free
 // loopback port; the VIP, if any, is a loopback address kube-vip's stand-in
@@ -20,14 +21,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -59,10 +59,17 @@ type Options struct {
 	// VIP gives the node a VIP (so kube-vip runs) even when the state has
 	// none. A state with a VIP keeps it (moved to VIPAddress).
 	VIP bool
-	// Mutate, if set, edits the rewritten state before it is saved.
+	// Mutate, if set, edits the rewritten state before it is saved; under
+	// StartCluster it runs for every node.
 	Mutate func(*nodestate.NodeState)
-	// Root is the node's directory; default a new temp dir (t.TempDir
-	// under Start). It must be empty or missing.
+	// MutateNode, StartCluster's only (StartNode refuses it), edits node
+	// i's rewritten state (i = 1..n, the node named node-i, Cluster.Nodes[i-1])
+	// after Mutate and before it is saved. An edit of the address, ports
+	// or etcd membership is the caller's to keep consistent.
+	MutateNode func(i int, st *nodestate.NodeState)
+	// Root is the node's directory (the cluster's under StartCluster: node
+	// i in Root/node-i); default a new temp dir (t.TempDir under Start).
+	// It must be empty or missing.
 	Root string
 	// NoManifests starts the kubelet stand-in on an empty manifest
 	// directory and returns without writing or waiting.
@@ -132,9 +139,41 @@ type Node struct {
 // StartNode brings up a node: rewrites the state into the root, generates
 // the PKI, builds the stand-ins, maps the images, starts the kubelet
 // stand-in, writes every manifest with manifest.Store.WriteAll and waits
-// until every roster component is active. On error after the stand-in
+// until every roster component is active. It refuses Options.MutateNode
+// (StartCluster's) before it does anything. On error after the stand-in
 // started, the returned Node is non-nil and must be stopped.
 func StartNode(ctx context.Context, opts Options) (*Node, error) {
+	if opts.MutateNode != nil {
+		return nil, errors.New("testbed: Options.MutateNode is StartCluster's; a single node takes Mutate")
+	}
+	n, err := bootNode(ctx, opts, nil)
+	if err != nil || opts.NoManifests {
+		return n, err
+	}
+	if err := n.writeManifests(); err != nil {
+		return n, err
+	}
+	if err := n.WaitActive(ctx, activeTimeout(opts)); err != nil {
+		return n, err
+	}
+	n.log.Info("testbed node up", "root", n.Root, "roster", manifest.NamesFor(n.State), "kubelet", n.Kubelet.Addr)
+	return n, nil
+}
+
+// activeTimeout is Options.ActiveTimeout or its default.
+func activeTimeout(opts Options) time.Duration {
+	if opts.ActiveTimeout == 0 {
+		return 90 * time.Second
+	}
+	return opts.ActiveTimeout
+}
+
+// bootNode does everything StartNode does before it writes the manifests:
+// the state (as member m of a cluster when m is set), the PKI (issued from
+// m's CAs), the stand-ins, the image map, the kubelet stand-in, the
+// scanner and the store. On error after the stand-in started, the
+// returned Node is non-nil and must be stopped.
+func bootNode(ctx context.Context, opts Options, m *member) (*Node, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -159,12 +198,17 @@ func StartNode(ctx context.Context, opts Options) (*Node, error) {
 		KubeletLog:   filepath.Join(root, "kubelet.log"),
 		log:          opts.Log,
 	}
-	st, err := n.prepareState(opts)
+	st, err := n.prepareState(opts, m)
 	if err != nil {
 		return nil, err
 	}
 	n.State = st
-	if err := GeneratePKI(st.PKIDir, st.NodeName, st.AdvertiseAddress); err != nil {
+	if m != nil {
+		err = m.cas.IssueNode(st.PKIDir, st.NodeName, st.AdvertiseAddress)
+	} else {
+		err = GeneratePKI(st.PKIDir, st.NodeName, st.AdvertiseAddress)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := WriteKubeconfigs(st); err != nil {
@@ -192,21 +236,15 @@ func StartNode(ctx context.Context, opts Options) (*Node, error) {
 	if n.Store, err = manifest.Open(n.ManifestDir, manifest.Options{Scanner: n.Scanner, Logger: n.log}); err != nil {
 		return n, err
 	}
-	if opts.NoManifests {
-		return n, nil
-	}
-	if _, err := n.Store.WriteAll(st); err != nil {
-		return n, fmt.Errorf("testbed: write manifests: %w", err)
-	}
-	timeout := opts.ActiveTimeout
-	if timeout == 0 {
-		timeout = 90 * time.Second
-	}
-	if err := n.WaitActive(ctx, timeout); err != nil {
-		return n, err
-	}
-	n.log.Info("testbed node up", "root", root, "roster", manifest.NamesFor(st), "kubelet", n.Kubelet.Addr)
 	return n, nil
+}
+
+// writeManifests writes every manifest of the node's state.
+func (n *Node) writeManifests() error {
+	if _, err := n.Store.WriteAll(n.State); err != nil {
+		return fmt.Errorf("testbed: write manifests: %w", err)
+	}
+	return nil
 }
 
 // Target is manifest.Target for the node's state.
@@ -231,7 +269,9 @@ func (n *Node) WaitActive(ctx context.Context, timeout time.Duration) error {
 // Events reads every component stand-in event of this node.
 func (n *Node) Events() ([]standin.Event, error) { return standin.ReadEvents(n.EventsFile) }
 
-// EtcdEndpoint is the local etcd's client URL.
+// EtcdEndpoint is the local etcd's client URL on 127.0.0.1, which etcd
+// listens on whatever the node's advertise address (manifest renders it
+// into --listen-client-urls), as etcddata.Endpoint does.
 func (n *Node) EtcdEndpoint() string { return EtcdURL(n.State.Ports.EtcdClient) }
 
 // EtcdTLS is a client TLS configuration for the local etcd: the
@@ -239,9 +279,7 @@ func (n *Node) EtcdEndpoint() string { return EtcdURL(n.State.Ports.EtcdClient) 
 func (n *Node) EtcdTLS() (*tls.Config, error) { return EtcdClientTLS(n.State.PKIDir) }
 
 // EtcdURL is the client URL of an etcd listening on 127.0.0.1:port.
-func EtcdURL(port int) string {
-	return "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-}
+func EtcdURL(port int) string { return EtcdURLAt("127.0.0.1", port) }
 
 // EtcdClientTLS is a client TLS configuration for the etcd of the kubeadm
 // PKI in pkiDir: the apiserver-etcd-client certificate and the etcd CA.

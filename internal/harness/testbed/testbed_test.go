@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -212,29 +211,5 @@ func TestModeImageExitAtStartNeverActive(t *testing.T) {
 	sched := kubeletsim.Find(pods, "kube-system/kube-scheduler-"+n.State.NodeName)
 	if len(sched) != 1 || sched[0].Restarts < 1 || sched[0].LastExit == nil || sched[0].LastExit.Code != 1 {
 		t.Fatalf("scheduler pod %+v: want a crash-looping pod with exit code 1", sched)
-	}
-}
-
-func TestGeneratePKILayout(t *testing.T) {
-	dir := t.TempDir()
-	if err := GeneratePKI(dir, "cp-1", "127.0.0.1"); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key",
-		"apiserver-etcd-client.crt", "apiserver-etcd-client.key", "front-proxy-ca.crt", "front-proxy-ca.key", "front-proxy-client.crt",
-		"front-proxy-client.key", "sa.key", "sa.pub", "etcd/ca.crt", "etcd/ca.key", "etcd/server.crt", "etcd/server.key",
-		"etcd/peer.crt", "etcd/peer.key", "etcd/healthcheck-client.crt", "etcd/healthcheck-client.key"} {
-		fi, err := os.Stat(filepath.Join(dir, f))
-		if err != nil {
-			t.Errorf("%s: %v", f, err)
-			continue
-		}
-		if want := os.FileMode(0o644); filepath.Ext(f) == ".key" {
-			if fi.Mode().Perm() != 0o600 {
-				t.Errorf("%s mode %v, want 0600", f, fi.Mode().Perm())
-			}
-		} else if fi.Mode().Perm() != want {
-			t.Errorf("%s mode %v, want %v", f, fi.Mode().Perm(), want)
-		}
 	}
 }
