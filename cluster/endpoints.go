@@ -7,8 +7,8 @@ package cluster
 import (
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/ciq/stratum-upgrade/durable"
