@@ -150,21 +150,61 @@ func (c *Coordinator) Client() *clientv3.Client { return c.cli }
 // lease expires.
 func (c *Coordinator) Close() error { return c.cli.Close() }
 
-// Acquire takes the rollout lock for a transaction of kind, waiting up to
-// Config.Wait while another node holds it, then refuses (releasing it)
-// when the rollout is halted or another node has a transaction open.
-// resume names the node's own open transaction when it is resumed or
-// rolled back: then a halt or another open node does not refuse it (the
-// node already owned the rollout when it began), and only the lock is
-// taken. The Hold keeps the lock until Release; its lease is kept alive in
-// the background, and lost TTL after this process stops or is cut off.
+// Acquire takes the rollout lock for a transaction of kind and returns it
+// held. While another node holds the lock, or has a transaction open (it
+// owns the rollout even when its lease has expired: it crashed or was cut
+// off, and its resume will end it), Acquire waits, telling Config.Waiting
+// whom it waits for, up to Config.Wait in all; then it fails with
+// ErrLockTimeout or a *BusyError naming that node. A halted rollout is
+// refused at once (*HaltedError). resume names the node's own open
+// transaction when it is resumed or rolled back: then neither a halt nor
+// another open node refuses it (it already owned the rollout when it
+// began), and only the lock is taken. The Hold keeps the lock until
+// Release; its lease is kept alive in the background and lost TTL after
+// this process stops or is cut off.
 func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, error) {
+	deadline := time.Now().Add(c.cfg.Wait)
+	told := ""
+	var last *BusyError
+	for {
+		h, err := c.acquireOnce(ctx, kind, resume, deadline)
+		var busy *BusyError
+		if errors.Is(err, ErrLockTimeout) && last != nil {
+			// The wait ran out while the lock changed hands: what it
+			// waited for is the open transaction.
+			return nil, fmt.Errorf("%w (waited %s)", last, c.cfg.Wait)
+		}
+		if !errors.As(err, &busy) {
+			return h, err
+		}
+		last = busy
+		p := busy.Progress
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (waited %s)", err, c.cfg.Wait)
+		}
+		if told != p.Node+"/"+p.Txn {
+			told = p.Node + "/" + p.Txn
+			c.cfg.Log.Info("waiting for another node's open transaction to end", "node", p.Node, "txn", p.Txn, "phase", p.Phase)
+			if c.cfg.Waiting != nil {
+				c.cfg.Waiting(Holder{Node: p.Node, Kind: p.Kind, Since: p.Started})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for node %s's transaction %s to end: %w", p.Node, p.Txn, ctx.Err())
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+}
+
+// acquireOnce takes the lock (waiting until deadline) and checks under it.
+func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume string, deadline time.Time) (*Hold, error) {
 	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int((c.cfg.TTL+time.Second-1)/time.Second)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: lease for the rollout lock: %v", ErrUnreachable, err)
 	}
 	m := concurrency.NewMutex(s, lockPrefix)
-	if err := c.lock(ctx, m); err != nil {
+	if err := c.lock(ctx, m, deadline); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -185,12 +225,14 @@ func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, 
 	return h, nil
 }
 
-// lock waits for the mutex, telling Waiting who holds it.
-func (c *Coordinator) lock(ctx context.Context, m *concurrency.Mutex) error {
-	tctx, cancel := context.WithTimeout(ctx, c.cfg.Wait)
+// lock waits for the mutex until deadline, telling Waiting who holds it.
+func (c *Coordinator) lock(ctx context.Context, m *concurrency.Mutex, deadline time.Time) error {
+	tctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	if err := m.TryLock(tctx); err == nil {
 		return nil
+	} else if ctx.Err() == nil && tctx.Err() != nil {
+		return fmt.Errorf("%w: the wait of %s ran out", ErrLockTimeout, c.cfg.Wait)
 	} else if !errors.Is(err, concurrency.ErrLocked) {
 		return fmt.Errorf("%w: rollout lock: %v", ErrUnreachable, err)
 	}
@@ -201,7 +243,7 @@ func (c *Coordinator) lock(ctx context.Context, m *concurrency.Mutex) error {
 	}
 	if err := m.Lock(tctx); err != nil {
 		if ctx.Err() == nil && tctx.Err() != nil {
-			return fmt.Errorf("%w: node %s held it for all of %s; it is still upgrading, or it died and its lease has not expired", ErrLockTimeout, orUnknown(h.Node), c.cfg.Wait)
+			return fmt.Errorf("%w: node %s held it for all of %s; it is still changing, or it died and its lease has not expired", ErrLockTimeout, orUnknown(h.Node), c.cfg.Wait)
 		}
 		return fmt.Errorf("rollout lock (held by node %s): %w", orUnknown(h.Node), err)
 	}

@@ -105,8 +105,9 @@ func TestAcquireSerializes(t *testing.T) {
 }
 
 // A node that dies mid-transaction loses the lock with its lease, but its
-// open transaction still owns the rollout: another node is refused, naming
-// it, until that node's resume ends the transaction.
+// open transaction still owns the rollout: another node waits, naming it,
+// and gives up after its Wait with a BusyError; one that waits long enough
+// begins once that node's resume has ended the transaction.
 func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 	c := etcdcluster.Start(t, 3, "3.6")
 	one := connect(t, c, 0, "node-1", nil)
@@ -116,8 +117,13 @@ func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 	}
 	h.Phase(context.Background(), "applying")
 	one.Close() // a crash: no Release, the lease expires after its TTL
-	two := connect(t, c, 2, "node-3", nil)
-	_, err := two.Acquire(context.Background(), "upgrade", "")
+
+	var waitedFor []string
+	impatient := connect(t, c, 2, "node-3", func(cfg *cluster.Config) {
+		cfg.Wait = 4 * time.Second
+		cfg.Waiting = func(h cluster.Holder) { waitedFor = append(waitedFor, h.Node) }
+	})
+	_, err := impatient.Acquire(context.Background(), "upgrade", "")
 	var busy *cluster.BusyError
 	if !errors.As(err, &busy) || !errors.Is(err, cluster.ErrBusy) {
 		t.Fatalf("node-3 acquire: %v, want BusyError", err)
@@ -125,7 +131,24 @@ func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 	if busy.Progress.Node != "node-1" || busy.Progress.Txn != "t1" || busy.Progress.Phase != "applying" || !strings.Contains(err.Error(), "stratum-upgrade resume") {
 		t.Fatalf("busy: %+v / %v", busy.Progress, err)
 	}
+	if len(waitedFor) == 0 || waitedFor[len(waitedFor)-1] != "node-1" {
+		t.Fatalf("node-3 was told it waits for %v, want node-1", waitedFor)
+	}
 
+	patient := connect(t, c, 1, "node-2", nil)
+	got := make(chan error, 1)
+	go func() {
+		h, err := patient.Acquire(context.Background(), "upgrade", "")
+		if err == nil {
+			h.Release()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("node-2 acquired (%v) while node-1's transaction is open", err)
+	case <-time.After(3 * time.Second):
+	}
 	again := connect(t, c, 0, "node-1", nil)
 	h = acquire(t, again, "upgrade", "t1")
 	if err := h.Resumed(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "applying"}); err != nil {
@@ -135,7 +158,14 @@ func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Release()
-	acquire(t, two, "upgrade", "").Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("node-2 after node-1's resume committed: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("node-2 still waits after node-1's transaction ended")
+	}
 }
 
 // A rollback halts the rollout for every node, the one that rolled back
