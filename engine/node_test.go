@@ -38,9 +38,19 @@ type fixture struct {
 // testDeadlines fit the test bed's scaled-down kubelet (100 ms start delay).
 var testDeadlines = Deadlines{Replace: 30 * time.Second, Active: 30 * time.Second, Stop: 15 * time.Second, Soak: 2 * time.Second, EtcdBackup: 20 * time.Second, Release: 300 * time.Millisecond}
 
+// testCoordination is the rollout lock of the test bed's clusters: a lease
+// the etcd minimum allows, so that a crashed node's lock frees quickly.
+var testCoordination = Coordination{TTL: 2 * time.Second, Wait: 3 * time.Minute}
+
 func newFixture(t *testing.T, opts testbed.Options) *fixture {
 	t.Helper()
-	n := testbed.Start(t, opts)
+	return fixtureOn(t, testbed.Start(t, opts))
+}
+
+// fixtureOn is the fixture of a running node: its journal under
+// <root>/state holding its state, and an engine over both.
+func fixtureOn(t *testing.T, n *testbed.Node) *fixture {
+	t.Helper()
 	f := &fixture{t: t, node: n, snaps: filepath.Join(n.Root, "state", "snapshots")}
 	j, err := journal.Open(filepath.Join(n.Root, "state", "stratum.db"), journal.Options{})
 	if err != nil {
@@ -56,7 +66,7 @@ func newFixture(t *testing.T, opts testbed.Options) *fixture {
 }
 
 func (f *fixture) engine(sc *proc.Scanner, dl Deadlines) *Engine {
-	e, err := New(Config{Journal: f.j, Store: f.node.Store, Scanner: sc, Snapshots: f.snaps, Deadlines: dl, Events: func(ev Event) {
+	e, err := New(Config{Journal: f.j, Store: f.node.Store, Scanner: sc, Snapshots: f.snaps, Deadlines: dl, Coordination: testCoordination, Events: func(ev Event) {
 		f.mu.Lock()
 		f.events = append(f.events, ev)
 		hook := f.onEvent

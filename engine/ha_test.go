@@ -1,0 +1,335 @@
+package engine
+
+// Three control-plane nodes on the test bed whose etcd static pods form one
+// real three-member cluster (testbed.StartCluster), each with its own
+// kubelet stand-in, journal and engine: the rollout through the cluster's
+// own etcd (docs/ha.md). make ha runs these and prints their figures.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
+	"github.com/ciq/stratum-upgrade/internal/harness/standin"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+const (
+	etcd36 = "registry.k8s.io/etcd:3.6.16-0"
+	etcd37 = "registry.k8s.io/etcd:3.7.3-0"
+)
+
+// haCluster is three nodes, each a fixture, on etcd 3.6.
+func haCluster(t *testing.T) (*testbed.Cluster, []*fixture) {
+	t.Helper()
+	c := testbed.StartCluster(t, 3, testbed.Options{Mutate: func(st *nodestate.NodeState) { st.Images[nodestate.Etcd] = etcd36 }})
+	fs := make([]*fixture, len(c.Nodes))
+	for i, n := range c.Nodes {
+		fs[i] = fixtureOn(t, n)
+	}
+	return c, fs
+}
+
+// haRelease moves a node to v1.34.5 stand-ins and etcd 3.7; fail's
+// component (if any) in mode.
+func haRelease(st *nodestate.NodeState, fail string, mode standin.Mode) *Release {
+	r := release(st, false, fail, mode)
+	r.Images[nodestate.Etcd] = etcd37
+	return r
+}
+
+// span is when a node's transaction began and ended, from its events.
+type span struct {
+	node       string
+	begin, end time.Time
+	waited     bool
+}
+
+func (f *fixture) span() span {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := span{node: f.node.State.NodeName}
+	for _, ev := range f.events {
+		switch ev.Step {
+		case "begin":
+			s.begin = ev.Time
+		case "commit", "rolled-back", "rollback-failed":
+			s.end = ev.Time
+		case "cluster-lock":
+			s.waited = true
+		}
+	}
+	return s
+}
+
+// checkOneAtATime fails t when two nodes' transactions overlapped.
+func checkOneAtATime(t *testing.T, spans []span) {
+	t.Helper()
+	sort.Slice(spans, func(i, j int) bool { return spans[i].begin.Before(spans[j].begin) })
+	for i := 1; i < len(spans); i++ {
+		if spans[i].begin.Before(spans[i-1].end) {
+			t.Errorf("%s began at %s, before %s's transaction ended at %s", spans[i].node, spans[i].begin.Format(time.StampMilli), spans[i-1].node, spans[i-1].end.Format(time.StampMilli))
+		}
+	}
+}
+
+// load is the client the issue asks for: it writes a key through the
+// cluster every 10 ms and asks a live API server (the first of the three,
+// in rotation, that answers) for its health, until stopped; then every
+// acknowledged write must read back.
+type load struct {
+	acked            []string
+	writes, failed   atomic.Int64
+	apiOK, apiFailed atomic.Int64
+	stop             chan struct{}
+	done             sync.WaitGroup
+}
+
+func startLoad(t *testing.T, c *testbed.Cluster, fs []*fixture) *load {
+	t.Helper()
+	tlsCfg, err := c.EtcdTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	l := &load{stop: make(chan struct{})}
+	l.done.Add(2)
+	go func() {
+		defer l.done.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			k := fmt.Sprintf("load/%06d", i)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := cli.Put(ctx, k, k)
+			cancel()
+			l.writes.Add(1)
+			if err != nil {
+				l.failed.Add(1)
+				continue
+			}
+			l.acked = append(l.acked, k)
+		}
+	}()
+	go func() {
+		defer l.done.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			ok := false
+			for j := range fs {
+				f := fs[(i+j)%len(fs)]
+				tgt, err := f.node.Target(nodestate.KubeAPIServer)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ok = err == nil && f.node.Scanner.Active(ctx, tgt)
+				cancel()
+				if ok {
+					break
+				}
+			}
+			if ok {
+				l.apiOK.Add(1)
+			} else {
+				l.apiFailed.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(l.halt)
+	return l
+}
+
+func (l *load) halt() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.done.Wait()
+}
+
+// check stops the load, reads back every acknowledged write and logs the
+// figures make ha prints.
+func (l *load) check(t *testing.T, c *testbed.Cluster, scenario string) {
+	t.Helper()
+	l.halt()
+	cli := etcdclient.New(t, c.Nodes[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "load/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, kv := range r.Kvs {
+		have[string(kv.Key)] = true
+	}
+	lost := 0
+	for _, k := range l.acked {
+		if !have[k] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d acknowledged writes are gone", lost, len(l.acked))
+	}
+	api := float64(l.apiOK.Load()) / float64(max(1, l.apiOK.Load()+l.apiFailed.Load()))
+	t.Logf("HA figures: %s: etcd writes acknowledged %d of %d, %d lost; API server requests answered %.2f%% (%d of %d)",
+		scenario, len(l.acked), l.writes.Load(), lost, 100*api, l.apiOK.Load(), l.apiOK.Load()+l.apiFailed.Load())
+	if api < 0.999 {
+		t.Errorf("API server requests answered %.3f%%, want >= 99.9%%", 100*api)
+	}
+}
+
+// view is the rollout as node 1 sees it in etcd.
+func view(t *testing.T, f *fixture) *cluster.View {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	co, err := cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(f.node.State), Node: f.node.State.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	v, err := co.View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestHARolloutSerializes starts the release on all three nodes at once:
+// they take turns, every node commits, etcd moves from 3.6 to 3.7 on every
+// member, and a client sees every acknowledged write and a live API server
+// throughout.
+func TestHARolloutSerializes(t *testing.T) {
+	c, fs := haCluster(t)
+	l := startLoad(t, c, fs)
+	var wg sync.WaitGroup
+	results := make([]error, len(fs))
+	for i, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := f.e.Run(t.Context(), haRelease(f.node.State, "", ""), nil)
+			if err == nil && res.Outcome != Committed {
+				err = fmt.Errorf("outcome %s", res.Outcome)
+			}
+			results[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range results {
+		if err != nil {
+			t.Fatalf("node-%d: %v", i+1, err)
+		}
+	}
+	l.check(t, c, "three nodes run at once")
+	spans := make([]span, len(fs))
+	waited := 0
+	for i, f := range fs {
+		spans[i] = f.span()
+		if spans[i].waited {
+			waited++
+		}
+		f.checkConverged(Committed, nil)
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.7.") {
+			t.Errorf("%s's etcd serves %s, want 3.7", f.node.State.NodeName, v)
+		}
+	}
+	checkOneAtATime(t, spans)
+	if waited < 2 {
+		t.Errorf("%d nodes waited for the rollout lock, want 2 of 3 (all began at once)", waited)
+	}
+	v := view(t, fs[0])
+	if v.Halt != nil || len(v.Nodes) != 3 {
+		t.Fatalf("rollout view %+v: want three nodes, no halt", v)
+	}
+	for _, p := range v.Nodes {
+		if p.Outcome != string(Committed) || p.Open() {
+			t.Errorf("%s's progress %+v, want committed", p.Node, p)
+		}
+	}
+	t.Logf("HA figures: three nodes run at once: %s", spanSummary(spans))
+}
+
+func spanSummary(spans []span) string {
+	var parts []string
+	first := slices.MinFunc(spans, func(a, b span) int { return a.begin.Compare(b.begin) }).begin
+	for _, s := range spans {
+		parts = append(parts, fmt.Sprintf("%s %.1f-%.1f s", s.node, s.begin.Sub(first).Seconds(), s.end.Sub(first).Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestHARollbackHaltsTheRollout: the release fails on the second node; it
+// rolls back and the rollout halts, so the third node refuses, naming it;
+// the cluster stays consistent (every member serves), and once an operator
+// clears the halt the third node upgrades.
+func TestHARollbackHaltsTheRollout(t *testing.T) {
+	c, fs := haCluster(t)
+	l := startLoad(t, c, fs)
+	if res, err := fs[0].e.Run(t.Context(), haRelease(fs[0].node.State, "", ""), nil); err != nil {
+		t.Fatalf("node-1: %+v %v", res, err)
+	}
+	dl := testDeadlines
+	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
+	fs[1].e = fs[1].engine(fs[1].node.Scanner, dl)
+	before := fs[1].manifests()
+	res, err := fs[1].e.Run(t.Context(), haRelease(fs[1].node.State, nodestate.Scheduler, standin.ModeNeverListen), nil)
+	if res.Outcome != RolledBack {
+		t.Fatalf("node-2: %+v %v, want rolled back", res, err)
+	}
+	fs[1].checkConverged(RolledBack, before)
+
+	_, err = fs[2].e.Run(t.Context(), haRelease(fs[2].node.State, "", ""), nil)
+	var halted *cluster.HaltedError
+	if !errors.As(err, &halted) || halted.Halt.Node != fs[1].node.State.NodeName || !strings.Contains(err.Error(), nodestate.Scheduler) {
+		t.Fatalf("node-3: %v, want the halt of node-2 naming the scheduler", err)
+	}
+	if open, _ := fs[2].j.OpenTxn(); open != nil {
+		t.Fatalf("node-3 began %s under a halt", open.ID)
+	}
+	for _, f := range fs {
+		if v := etcdclient.Version(t, f.node); v == "" {
+			t.Errorf("%s's etcd does not answer", f.node.State.NodeName)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	co, err := cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(fs[2].node.State), Node: fs[2].node.State.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	if h, err := co.ClearHalt(ctx); err != nil || h == nil {
+		t.Fatalf("clear-halt: %+v %v", h, err)
+	}
+	if res, err := fs[2].e.Run(t.Context(), haRelease(fs[2].node.State, "", ""), nil); err != nil {
+		t.Fatalf("node-3 after the halt was cleared: %+v %v", res, err)
+	}
+	l.check(t, c, "a release fails on the second node")
+}
