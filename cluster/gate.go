@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,12 +22,13 @@ var ErrGate = errors.New("cluster: etcd gate refused")
 // caller's decision (a single-node control plane stops its etcd anyway).
 var ErrSingleMember = errors.New("cluster: etcd has a single member")
 
-// The Check of a GateError: which condition failed.
+// The Check of a GateError: which condition failed. CheckQuorumSize: the
+// cluster cannot lose a member and keep its quorum.
 const (
-	CheckMemberList = "member-list" // the member list could not be read
-	CheckSelf       = "self"        // this node's member is not in the list
+	CheckMemberList = "member-list"
+	CheckSelf       = "self"
 	CheckSingle     = "single-member"
-	CheckQuorumSize = "quorum" // the cluster cannot lose a member and keep quorum
+	CheckQuorumSize = "quorum"
 	CheckStarted    = "started"
 	CheckHealthy    = "healthy"
 	CheckLeader     = "leader"
@@ -34,12 +36,13 @@ const (
 	CheckCaughtUp   = "caught-up"
 )
 
-// StatusTimeout bounds each status request to one member: a member that
-// does not answer within it (stopped, partitioned) counts as not healthy.
-const StatusTimeout = 5 * time.Second
-
-// pollInterval is how often MoveLeaderOff and WaitCaughtUp look again.
-const pollInterval = 200 * time.Millisecond
+const (
+	// StatusTimeout bounds each status request to one member: a member
+	// that does not answer within it (stopped, cut off) is not healthy.
+	StatusTimeout = 5 * time.Second
+	// pollInterval is how often MoveLeaderOff and WaitCaughtUp look again.
+	pollInterval = 200 * time.Millisecond
+)
 
 // GateError is a refusal of the gate: Check is the condition that failed,
 // Member the member it concerns ("" when none), Reason what was seen and
@@ -50,12 +53,11 @@ type GateError struct {
 }
 
 func (e *GateError) Error() string {
-	s := "etcd gate (" + e.Check + ")"
+	s := "etcd gate (" + e.Check + "): "
 	if e.Member != "" {
-		s += ": member " + e.Member
+		s += "member " + e.Member + ": "
 	}
-	s += ": " + e.Reason
-	if e.Err != nil {
+	if s += e.Reason; e.Err != nil {
 		s += ": " + e.Err.Error()
 	}
 	return s
@@ -77,11 +79,10 @@ type Health struct {
 	Self    uint64
 }
 
-// MemberHealth is one member as the gate saw it. Started: the member has
-// joined (it has a name and client URLs). Healthy: it answered its status
-// at its own client URL with no errors or alarms and a known leader.
-// RaftIndex and Version are from that status; Err says why it is not
-// healthy.
+// MemberHealth is one member as the gate saw it. Started: it has joined
+// (it has a name and client URLs). Healthy: it answered its status at its
+// own client URL with no errors or alarms and a known leader. RaftIndex and
+// Version are from that status; Err says why it is not healthy.
 type MemberHealth struct {
 	ID               uint64
 	Name             string
@@ -90,20 +91,18 @@ type MemberHealth struct {
 	RaftIndex        uint64
 	Version          string
 	Err              string
+	leader           uint64 // the leader it names, when healthy
 }
 
 // member is the entry of h for id, nil when there is none.
 func (h *Health) member(id uint64) *MemberHealth {
-	for i := range h.Members {
-		if h.Members[i].ID == id {
-			return &h.Members[i]
-		}
+	if i := slices.IndexFunc(h.Members, func(m MemberHealth) bool { return m.ID == id }); i >= 0 {
+		return &h.Members[i]
 	}
 	return nil
 }
 
-// keepsQuorum reports whether a cluster of n voting members still has a
-// quorum (n/2+1) with down of them not answering.
+// keepsQuorum: n voting members, down of them gone, still have n/2+1.
 func keepsQuorum(n, down int) bool { return n-down >= n/2+1 }
 
 // CheckQuorum refuses (a *GateError, errors.Is ErrGate) unless stopping the
@@ -120,8 +119,7 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 		return nil, err
 	}
 	if h.Self == 0 {
-		return h, &GateError{Check: CheckSelf, Member: self, Reason: fmt.Sprintf(
-			"not in the etcd member list (members: %s); check the node's etcd member name", names(h))}
+		return h, selfUnknown(h, self)
 	}
 	n := len(h.Members)
 	if n == 1 {
@@ -156,9 +154,9 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 }
 
 // observe reads the member list through cli and every member's status at
-// its own client URL. It returns an error only when the list cannot be
-// read. Health.Leader is set when every healthy member names the same
-// leader and that leader is a member of the list.
+// its own client URL, all members at once. It returns an error only when
+// the list cannot be read. Health.Leader is set when every healthy member
+// names the same leader and that leader is in the list.
 func observe(ctx context.Context, cli *clientv3.Client, self string) (*Health, error) {
 	lctx, cancel := context.WithTimeout(ctx, 2*StatusTimeout)
 	list, err := cli.MemberList(lctx)
@@ -166,55 +164,73 @@ func observe(ctx context.Context, cli *clientv3.Client, self string) (*Health, e
 	if err != nil {
 		return nil, &GateError{Check: CheckMemberList, Reason: "cannot read the etcd member list; check that etcd answers at " + strings.Join(cli.Endpoints(), ", "), Err: err}
 	}
-	h := &Health{}
-	leaders := map[uint64]bool{}
-	for _, m := range list.Members {
-		mh := MemberHealth{ID: m.ID, Name: m.Name, ClientURLs: slices.Clone(m.ClientURLs)}
-		mh.Started = m.Name != "" && len(m.ClientURLs) > 0
+	h := &Health{Members: make([]MemberHealth, len(list.Members))}
+	var wg sync.WaitGroup
+	for i, m := range list.Members {
 		if m.Name == self && self != "" {
 			h.Self = m.ID
 		}
-		switch {
-		case !mh.Started:
-			mh.Err = "not started"
-		case m.IsLearner:
-			mh.Err = "is a learner, not a voting member"
-		default:
-			st, url, err := status(ctx, cli, m.ClientURLs)
-			switch {
-			case err != nil:
-				mh.Err = fmt.Sprintf("no status from %s: %v", url, err)
-			case st.Header == nil || st.Header.MemberId != m.ID:
-				mh.Err = fmt.Sprintf("%s answered as another member", url)
-			default:
-				mh.RaftIndex, mh.Version = st.RaftIndex, st.Version
-				switch {
-				case len(st.Errors) > 0:
-					mh.Err = "reports errors: " + strings.Join(st.Errors, "; ")
-				case st.Leader == 0:
-					mh.Err = "knows no leader"
-				default:
-					mh.Healthy = true
-					leaders[st.Leader] = true
-				}
-			}
-		}
-		h.Members = append(h.Members, mh)
+		wg.Go(func() { h.Members[i] = probe(ctx, cli, m) })
 	}
+	wg.Wait()
 	alarms(ctx, cli, h)
-	if len(leaders) == 1 {
-		for id := range leaders {
-			if h.member(id) != nil {
-				h.Leader = id
-			}
+	leaders := map[uint64]bool{}
+	for _, m := range h.Members {
+		if m.Healthy {
+			leaders[m.leader] = true
+		}
+	}
+	for id := range leaders {
+		if len(leaders) == 1 && h.member(id) != nil {
+			h.Leader = id
 		}
 	}
 	return h, nil
 }
 
-// alarms marks unhealthy every member with an active alarm (NOSPACE,
-// CORRUPT). A failed alarm list leaves the members as they are: each
-// member's status already carries its alarms in Errors.
+// probe is one member's health, from its status at its own client URLs.
+func probe(ctx context.Context, cli *clientv3.Client, m *etcdserverpb.Member) MemberHealth {
+	mh := MemberHealth{ID: m.ID, Name: m.Name, ClientURLs: slices.Clone(m.ClientURLs)}
+	mh.Started = m.Name != "" && len(m.ClientURLs) > 0
+	if !mh.Started {
+		mh.Err = "not started"
+		return mh
+	}
+	if m.IsLearner {
+		mh.Err = "is a learner, not a voting member"
+		return mh
+	}
+	var st *clientv3.StatusResponse
+	var err error
+	for _, u := range m.ClientURLs { // the first URL that answers
+		sctx, cancel := context.WithTimeout(ctx, StatusTimeout)
+		st, err = cli.Status(sctx, u)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	url := strings.Join(m.ClientURLs, ", ")
+	switch {
+	case err != nil:
+		mh.Err = fmt.Sprintf("no status from %s: %v", url, err)
+	case st.Header == nil || st.Header.MemberId != m.ID:
+		mh.Err = fmt.Sprintf("%s answered as another member", url)
+	case len(st.Errors) > 0:
+		mh.Err = "reports errors: " + strings.Join(st.Errors, "; ")
+	case st.Leader == 0:
+		mh.Err = "knows no leader"
+	default:
+		mh.Healthy, mh.leader = true, st.Leader
+	}
+	if st != nil {
+		mh.RaftIndex, mh.Version = st.RaftIndex, st.Version
+	}
+	return mh
+}
+
+// alarms marks unhealthy every member with an alarm raised (NOSPACE,
+// CORRUPT); a failed alarm list changes nothing (a status has them too).
 func alarms(ctx context.Context, cli *clientv3.Client, h *Health) {
 	actx, cancel := context.WithTimeout(ctx, StatusTimeout)
 	defer cancel()
@@ -223,27 +239,10 @@ func alarms(ctx context.Context, cli *clientv3.Client, h *Health) {
 		return
 	}
 	for _, a := range resp.Alarms {
-		if m := h.member(a.MemberID); m != nil && a.Alarm != pb.AlarmType_NONE {
-			m.Healthy = false
-			m.Err = "alarm " + a.Alarm.String() + " is raised"
+		if m := h.member(a.MemberID); m != nil && a.Alarm != etcdserverpb.AlarmType_NONE {
+			m.Healthy, m.Err = false, "alarm "+a.Alarm.String()+" is raised"
 		}
 	}
-}
-
-// status asks the member's status at each of its client URLs in turn,
-// StatusTimeout each, and returns the first answer and the URL asked last.
-func status(ctx context.Context, cli *clientv3.Client, urls []string) (*clientv3.StatusResponse, string, error) {
-	var err error
-	for _, u := range urls {
-		sctx, cancel := context.WithTimeout(ctx, StatusTimeout)
-		var st *clientv3.StatusResponse
-		st, err = cli.Status(sctx, u)
-		cancel()
-		if err == nil {
-			return st, u, nil
-		}
-	}
-	return nil, strings.Join(urls, ", "), err
 }
 
 // MoveLeaderOff makes sure the member named self does not lead: when it
@@ -261,7 +260,7 @@ func MoveLeaderOff(ctx context.Context, cli *clientv3.Client, self string, timeo
 		return err
 	}
 	if h.Self == 0 {
-		return &GateError{Check: CheckSelf, Member: self, Reason: "not in the etcd member list (members: " + names(h) + ")"}
+		return selfUnknown(h, self)
 	}
 	if h.Leader != h.Self {
 		return nil
@@ -284,19 +283,14 @@ func MoveLeaderOff(ctx context.Context, cli *clientv3.Client, self string, timeo
 		}
 		select {
 		case <-ctx.Done():
-			last := "member list unreadable"
-			if h != nil {
-				last = describe(h)
-			}
 			return &GateError{Check: CheckMoveLeader, Member: self, Reason: fmt.Sprintf(
-				"waited %s for the members to name a leader other than %s; last saw: %s", timeout, self, last)}
+				"waited %s for the members to name a leader other than %s; last saw: %s", timeout, self, describe(h))}
 		case <-time.After(pollInterval):
 		}
 	}
 }
 
-// moveLeader sends MoveLeader to the leader itself, at each of its client
-// URLs in turn until one answers.
+// moveLeader sends MoveLeader to the leader itself, at each of its URLs.
 func moveLeader(ctx context.Context, cli *clientv3.Client, urls []string, to uint64) error {
 	err := errors.New("the leader has no client URL")
 	for _, u := range urls {
@@ -305,7 +299,7 @@ func moveLeader(ctx context.Context, cli *clientv3.Client, urls []string, to uin
 			err = fmt.Errorf("dial %s: %w", u, derr)
 			continue
 		}
-		_, err = clientv3.NewMaintenanceFromMaintenanceClient(pb.NewMaintenanceClient(conn), cli).MoveLeader(ctx, to)
+		_, err = clientv3.NewMaintenanceFromMaintenanceClient(etcdserverpb.NewMaintenanceClient(conn), cli).MoveLeader(ctx, to)
 		conn.Close()
 		if err == nil {
 			return nil
@@ -325,8 +319,7 @@ func WaitCaughtUp(ctx context.Context, cli *clientv3.Client, self string, maxLag
 	defer cancel()
 	last := "nothing yet"
 	for {
-		h, err := observe(ctx, cli, self)
-		if err != nil {
+		if h, err := observe(ctx, cli, self); err != nil {
 			last = err.Error()
 		} else if ok, what := caughtUp(h, self, maxLag); ok {
 			return nil
@@ -362,6 +355,11 @@ func caughtUp(h *Health, self string, maxLag uint64) (bool, string) {
 	return true, ""
 }
 
+func selfUnknown(h *Health, self string) *GateError {
+	return &GateError{Check: CheckSelf, Member: self, Reason: fmt.Sprintf(
+		"not in the etcd member list (members: %s); check the node's etcd member name", names(h))}
+}
+
 // names lists the members' names (ids for members not started), sorted.
 func names(h *Health) string {
 	var out []string
@@ -381,11 +379,14 @@ func memberName(m MemberHealth) string {
 
 // describe is one line per observation: each member's state and the leader.
 func describe(h *Health) string {
+	if h == nil {
+		return "member list unreadable"
+	}
 	var out []string
 	for _, m := range h.Members {
-		s := fmt.Sprintf("%s healthy raft index %d", memberName(m), m.RaftIndex)
-		if !m.Healthy {
-			s = memberName(m) + " " + m.Err
+		s := memberName(m) + " " + m.Err
+		if m.Healthy {
+			s = fmt.Sprintf("%s healthy raft index %d", memberName(m), m.RaftIndex)
 		}
 		if m.ID == h.Leader {
 			s += " (leader)"
