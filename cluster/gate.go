@@ -210,12 +210,11 @@ func probe(ctx context.Context, cli *clientv3.Client, m *etcdserverpb.Member) Me
 			break
 		}
 	}
-	url := strings.Join(m.ClientURLs, ", ")
 	switch {
 	case err != nil:
-		mh.Err = fmt.Sprintf("no status from %s: %v", url, err)
+		mh.Err = fmt.Sprintf("no status from %s: %v", strings.Join(m.ClientURLs, ", "), err)
 	case st.Header == nil || st.Header.MemberId != m.ID:
-		mh.Err = fmt.Sprintf("%s answered as another member", url)
+		mh.Err = fmt.Sprintf("%s answered as member %x", strings.Join(m.ClientURLs, ", "), st.Header.GetMemberId())
 	case len(st.Errors) > 0:
 		mh.Err = "reports errors: " + strings.Join(st.Errors, "; ")
 	case st.Leader == 0:
@@ -250,8 +249,8 @@ func alarms(ctx context.Context, cli *clientv3.Client, h *Health) {
 // that accepts it) to hand leadership to the healthy member with the
 // highest raft index, then waits until the members name a leader other
 // than self, at most timeout. When self does not lead it returns nil at
-// once. Self unknown, no healthy transferee, a refused transfer or the
-// deadline are a *GateError saying what it waited for and what it saw.
+// once. Self unknown, no agreed leader, no healthy transferee, a refused
+// transfer or the deadline are a *GateError saying what it saw.
 func MoveLeaderOff(ctx context.Context, cli *clientv3.Client, self string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -262,7 +261,9 @@ func MoveLeaderOff(ctx context.Context, cli *clientv3.Client, self string, timeo
 	if h.Self == 0 {
 		return selfUnknown(h, self)
 	}
-	if h.Leader != h.Self {
+	if h.Leader == 0 {
+		return &GateError{Check: CheckLeader, Member: self, Reason: "cannot tell whether it leads, no leader all members agree on: " + describe(h)}
+	} else if h.Leader != h.Self {
 		return nil
 	}
 	var to *MemberHealth
@@ -355,9 +356,8 @@ func caughtUp(h *Health, self string, maxLag uint64) (bool, string) {
 	return true, ""
 }
 
-func selfUnknown(h *Health, self string) *GateError {
-	return &GateError{Check: CheckSelf, Member: self, Reason: fmt.Sprintf(
-		"not in the etcd member list (members: %s); check the node's etcd member name", names(h))}
+func selfUnknown(h *Health, self string) *GateError { // the CheckSelf refusal
+	return &GateError{Check: CheckSelf, Member: self, Reason: "not in the etcd member list (members: " + names(h) + "); check the node's etcd member name"}
 }
 
 // names lists the members' names (ids for members not started), sorted.
