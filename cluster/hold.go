@@ -153,3 +153,7 @@ func (h *Hold) Release() {
 	}
 	h.s.Close()
 }
+
+// Client is the etcd client of the held lock (every member's endpoint),
+// for the quorum gate.
+func (h *Hold) Client() *clientv3.Client { return h.c.cli }

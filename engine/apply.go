@@ -39,6 +39,13 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 			e.log.Warn("a component's manifest was changed after its step; writing it again", "component", comp)
 		}
 		if !resumed {
+			// Before the mark: a refused gate leaves etcd unwritten, and
+			// the rollback leaves its member alone.
+			if r.writes(comp) {
+				if err := e.gateBefore(ctx, r, journal.PhaseApplying, comp); err != nil {
+					return err
+				}
+			}
 			m, err := e.procs.Mark()
 			if err != nil {
 				return fmt.Errorf("%s: %w", comp, err)
@@ -145,6 +152,9 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	e.event(r.txn.ID, p, "wait-active", comp, describeActive(t), "waiting for the new "+describeActive(t))
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
 		return e.waitFailed(comp, err)
+	}
+	if err := e.gateAfter(ctx, r, p, st, comp); err != nil {
+		return err
 	}
 	r.steps = append(r.steps, StepTime{Component: comp, Phase: string(p), Elapsed: time.Since(t0)})
 	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s %s and active (%.1fs)", comp, done, time.Since(t0).Seconds()))

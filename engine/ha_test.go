@@ -333,3 +333,33 @@ func TestHARollbackHaltsTheRollout(t *testing.T) {
 	}
 	l.check(t, c, "a release fails on the second node")
 }
+
+// TestHAGateRefusesWithoutQuorumMargin: with node-3's whole node down, the
+// cluster would lose quorum were node-1's etcd member stopped too. The
+// gate refuses before etcd is touched (the same etcd process still runs),
+// the transaction rolls back naming node-3, and the rollout halts.
+func TestHAGateRefusesWithoutQuorumMargin(t *testing.T) {
+	c, fs := haCluster(t)
+	if err := c.Nodes[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := fs[0].node.Target(nodestate.Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := fs[0].node.Scanner.PIDs(tgt.Binary)
+	if err != nil || len(before) != 1 {
+		t.Fatalf("node-1's etcd: %v %v", before, err)
+	}
+	res, err := fs[0].e.Run(t.Context(), haRelease(fs[0].node.State, "", ""), nil)
+	if res.Outcome != RolledBack || !strings.Contains(res.Reason, "node-3") || !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("node-1: %+v %v, want rolled back by the gate naming node-3", res, err)
+	}
+	after, err := fs[0].node.Scanner.PIDs(tgt.Binary)
+	if err != nil || len(after) != 1 || after[0] != before[0] {
+		t.Fatalf("node-1's etcd %v -> %v: the gate let it be stopped", before, after)
+	}
+	if v := view(t, fs[1]); v.Halt == nil || v.Halt.Node != "node-1" {
+		t.Fatalf("rollout %+v: want halted by node-1", v)
+	}
+}

@@ -347,6 +347,10 @@ func (r *reporter) deadline(step string) (time.Duration, bool) {
 		return dl.Stop, true
 	case "etcd-backup":
 		return dl.EtcdBackup, true
+	case "etcd-caught-up":
+		return dl.Active, true
+	case "cluster-lock":
+		return r.g.coord.Wait, true
 	}
 	return 0, false
 }

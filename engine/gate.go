@@ -1,0 +1,62 @@
+package engine
+
+// The quorum gate around this node's etcd step in a multi-member cluster
+// (package cluster, gate.go): before the member is stopped, the cluster must
+// keep quorum without it and its leadership is moved away; after the new
+// member answers, it must have rejoined and caught up before the next
+// component.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// maxRaftLag is how many raft entries behind the leader a replaced member
+// may be and count as caught up: a member that rejoined applies a backlog
+// of that size in well under a second.
+const maxRaftLag = 1000
+
+// leaderMoveTimeout bounds moving the leadership off this member.
+const leaderMoveTimeout = 30 * time.Second
+
+// gateBefore runs before a fresh etcd step going forwards journals its mark
+// and stops the member: a refusal fails the step, and the transaction rolls
+// back with etcd never written, so the rollback leaves the member alone. A rollback's etcd step is not gated: putting the old member back
+// is the way out, and a resumed step has stopped the member already.
+func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
+	if comp != nodestate.Etcd || e.hold == nil || p == journal.PhaseRollingBack {
+		return nil
+	}
+	self := r.from.Etcd.MemberName
+	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
+	h, err := cluster.CheckQuorum(ctx, e.hold.Client(), self)
+	if err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
+	if h.Leader == h.Self {
+		e.event(r.txn.ID, p, "etcd-leader", comp, "another etcd leader", "moving etcd's leadership off "+self)
+	}
+	if err := cluster.MoveLeaderOff(ctx, e.hold.Client(), self, leaderMoveTimeout); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
+	return nil
+}
+
+// gateAfter waits, once the new etcd member answers, until it has rejoined
+// the cluster and caught up with the leader (bounded by Deadlines.Active).
+func (e *Engine) gateAfter(ctx context.Context, r *run, p journal.Phase, st *nodestate.NodeState, comp string) error {
+	if comp != nodestate.Etcd || e.hold == nil {
+		return nil
+	}
+	self := st.Etcd.MemberName
+	e.event(r.txn.ID, p, "etcd-caught-up", comp, self+" to catch up with the leader", fmt.Sprintf("waiting until %s has rejoined and is within %d raft entries of the leader", self, maxRaftLag))
+	if err := cluster.WaitCaughtUp(ctx, e.hold.Client(), self, maxRaftLag, e.dl.Active); err != nil {
+		return fmt.Errorf("%s: %w", comp, err)
+	}
+	return nil
+}
