@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real flag-tables clean
+.PHONY: help build test lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real ha flag-tables clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -100,6 +100,12 @@ test-real: real-binaries ## the real control plane (kube-apiserver, -controller-
 # though the binaries accept them. etcd's come from its --help.
 flag-tables: ## regenerate versions/flags/<component>-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
 	$(GO) run ./internal/harness/cmd/flagtable -out versions/flags
+
+# The three-node tests of docs/ha.md (TestHA* in engine and the command):
+# make test skips them; their figures go into docs/performance.md.
+ha: ## three nodes of one real etcd cluster: concurrent runs serialize, a crash mid-transaction resumes, a rollback halts the rollout, the quorum gate; prints the availability figures (about 4 minutes)
+	STRATUM_HA=1 $(GO) test -p 1 -count=1 -timeout 20m -json -run '^TestHA' ./engine ./cmd/stratum-upgrade \
+		| $(GO) run ./internal/harness/cmd/hafigures -doc docs/performance.md
 
 e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
 	./scripts/e2e-kubelet.sh

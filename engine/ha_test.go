@@ -9,20 +9,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
+	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -33,9 +31,20 @@ const (
 	etcd37 = "registry.k8s.io/etcd:3.7.3-0"
 )
 
+// needHA skips the three-node tests unless make ha runs them
+// (STRATUM_HA=1): three nodes of real etcd for a minute each, which make
+// test leaves to that target.
+func needHA(t *testing.T) {
+	t.Helper()
+	if os.Getenv("STRATUM_HA") == "" {
+		t.Skip("three-node cluster: run make ha (STRATUM_HA=1)")
+	}
+}
+
 // haCluster is three nodes, each a fixture, on etcd 3.6.
 func haCluster(t *testing.T) (*testbed.Cluster, []*fixture) {
 	t.Helper()
+	needHA(t)
 	c := testbed.StartCluster(t, 3, testbed.Options{Mutate: func(st *nodestate.NodeState) { st.Images[nodestate.Etcd] = etcd36 }})
 	fs := make([]*fixture, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -87,123 +96,6 @@ func checkOneAtATime(t *testing.T, spans []span) {
 	}
 }
 
-// load is the client the issue asks for: it writes a key through the
-// cluster every 10 ms and asks a live API server (the first of the three,
-// in rotation, that answers) for its health, until stopped; then every
-// acknowledged write must read back.
-type load struct {
-	acked            []string
-	writes, failed   atomic.Int64
-	apiOK, apiFailed atomic.Int64
-	stop             chan struct{}
-	done             sync.WaitGroup
-}
-
-func startLoad(t *testing.T, c *testbed.Cluster, fs []*fixture) *load {
-	t.Helper()
-	tlsCfg, err := c.EtcdTLS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	l := &load{stop: make(chan struct{})}
-	l.done.Add(2)
-	go func() {
-		defer l.done.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-l.stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			k := fmt.Sprintf("load/%06d", i)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := cli.Put(ctx, k, k)
-			cancel()
-			l.writes.Add(1)
-			if err != nil {
-				l.failed.Add(1)
-				continue
-			}
-			l.acked = append(l.acked, k)
-		}
-	}()
-	go func() {
-		defer l.done.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-l.stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			ok := false
-			for j := range fs {
-				f := fs[(i+j)%len(fs)]
-				tgt, err := f.node.Target(nodestate.KubeAPIServer)
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				ok = err == nil && f.node.Scanner.Active(ctx, tgt)
-				cancel()
-				if ok {
-					break
-				}
-			}
-			if ok {
-				l.apiOK.Add(1)
-			} else {
-				l.apiFailed.Add(1)
-			}
-		}
-	}()
-	t.Cleanup(l.halt)
-	return l
-}
-
-func (l *load) halt() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	l.done.Wait()
-}
-
-// check stops the load, reads back every acknowledged write and logs the
-// figures make ha prints.
-func (l *load) check(t *testing.T, c *testbed.Cluster, scenario string) {
-	t.Helper()
-	l.halt()
-	cli := etcdclient.New(t, c.Nodes[0])
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := cli.Get(ctx, "load/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	have := map[string]bool{}
-	for _, kv := range r.Kvs {
-		have[string(kv.Key)] = true
-	}
-	lost := 0
-	for _, k := range l.acked {
-		if !have[k] {
-			lost++
-		}
-	}
-	if lost > 0 {
-		t.Errorf("%d of %d acknowledged writes are gone", lost, len(l.acked))
-	}
-	api := float64(l.apiOK.Load()) / float64(max(1, l.apiOK.Load()+l.apiFailed.Load()))
-	t.Logf("HA figures: %s: etcd writes acknowledged %d of %d, %d lost; API server requests answered %.2f%% (%d of %d)",
-		scenario, len(l.acked), l.writes.Load(), lost, 100*api, l.apiOK.Load(), l.apiOK.Load()+l.apiFailed.Load())
-	if api < 0.999 {
-		t.Errorf("API server requests answered %.3f%%, want >= 99.9%%", 100*api)
-	}
-}
-
 // view is the rollout as node 1 sees it in etcd.
 func view(t *testing.T, f *fixture) *cluster.View {
 	t.Helper()
@@ -227,7 +119,7 @@ func view(t *testing.T, f *fixture) *cluster.View {
 // throughout.
 func TestHARolloutSerializes(t *testing.T) {
 	c, fs := haCluster(t)
-	l := startLoad(t, c, fs)
+	l := haload.Start(t, c)
 	var wg sync.WaitGroup
 	results := make([]error, len(fs))
 	for i, f := range fs {
@@ -247,7 +139,7 @@ func TestHARolloutSerializes(t *testing.T) {
 			t.Fatalf("node-%d: %v", i+1, err)
 		}
 	}
-	l.check(t, c, "three nodes run at once")
+	l.Check(t, "three nodes run at once")
 	spans := make([]span, len(fs))
 	waited := 0
 	for i, f := range fs {
@@ -291,7 +183,7 @@ func spanSummary(spans []span) string {
 // clears the halt the third node upgrades.
 func TestHARollbackHaltsTheRollout(t *testing.T) {
 	c, fs := haCluster(t)
-	l := startLoad(t, c, fs)
+	l := haload.Start(t, c)
 	if res, err := fs[0].e.Run(t.Context(), haRelease(fs[0].node.State, "", ""), nil); err != nil {
 		t.Fatalf("node-1: %+v %v", res, err)
 	}
@@ -331,7 +223,7 @@ func TestHARollbackHaltsTheRollout(t *testing.T) {
 	if res, err := fs[2].e.Run(t.Context(), haRelease(fs[2].node.State, "", ""), nil); err != nil {
 		t.Fatalf("node-3 after the halt was cleared: %+v %v", res, err)
 	}
-	l.check(t, c, "a release fails on the second node")
+	l.Check(t, "a release fails on the second node")
 }
 
 // TestHAGateRefusesWithoutQuorumMargin: with node-3's whole node down, the

@@ -20,6 +20,7 @@ import (
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
+	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -91,8 +92,8 @@ func rolloutView(n *testbed.Node) *cluster.View {
 // transaction is open), its resume finishes it, and then the other two
 // upgrade in turn. Every node ends on etcd 3.7, committed.
 func TestHACrashMidStepResumes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("brings up three test bed nodes")
+	if os.Getenv("STRATUM_HA") == "" {
+		t.Skip("three-node cluster: run make ha (STRATUM_HA=1)")
 	}
 	c := testbed.StartCluster(t, 3, testbed.Options{Mutate: func(st *nodestate.NodeState) { st.Images[nodestate.Etcd] = "registry.k8s.io/etcd:3.6.16-0" }})
 	nodes := make([]*cliNode, len(c.Nodes))
@@ -108,6 +109,7 @@ func TestHACrashMidStepResumes(t *testing.T) {
 	if err := os.WriteFile(rel, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	l := haload.Start(t, c)
 	runs := make([]*bg, len(nodes))
 	for i, n := range nodes {
 		runs[i] = n.start("run", "--to="+rel)
@@ -170,6 +172,7 @@ func TestHACrashMidStepResumes(t *testing.T) {
 			}
 		}
 	}
+	l.Check(t, "one node's stratum-upgrade and kubelet killed mid-transaction, then resumed")
 	v := rolloutView(c.Nodes[0])
 	if v == nil || len(v.Nodes) != 3 || v.Halt != nil {
 		t.Fatalf("rollout %+v: want three nodes, no halt", v)

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestScanCollectsFiguresAndVerdicts(t *testing.T) {
+	in := strings.Join([]string{
+		`{"Action":"run","Test":"TestHAOne"}`,
+		`{"Action":"output","Test":"TestHAOne","Output":"    ha_test.go:250: HA figures: one: 100 of 100\n"}`,
+		`{"Action":"pass","Test":"TestHAOne"}`,
+		`{"Action":"output","Test":"TestHATwo","Output":"    ha_test.go:9: HA figures: two: 3 lost\n"}`,
+		`{"Action":"fail","Test":"TestHATwo/sub"}`,
+		`{"Action":"fail","Test":"TestHATwo"}`,
+		`not json`,
+	}, "\n")
+	figs, failed, passed, code := scan(strings.NewReader(in), io.Discard)
+	if strings.Join(figs, "|") != "one: 100 of 100|two: 3 lost" || strings.Join(failed, ",") != "TestHATwo" || strings.Join(passed, ",") != "TestHAOne" || code != 1 {
+		t.Fatalf("figures %q failed %q passed %q code %d", figs, failed, passed, code)
+	}
+	if _, _, _, code := scan(strings.NewReader(`{"Action":"output","Output":"ok\n"}`), io.Discard); code != 1 {
+		t.Fatalf("no test ran: code %d, want 1", code)
+	}
+}
+
+func TestSplice(t *testing.T) {
+	block := Block([]string{"a"})
+	doc := Splice("# P\n\ntext\n", block)
+	if doc != "# P\n\ntext\n\n"+block {
+		t.Fatalf("append: %q", doc)
+	}
+	again := Splice(doc+"after\n", Block([]string{"b"}))
+	if !strings.Contains(again, "- b\n") || strings.Contains(again, "- a\n") || !strings.HasSuffix(again, "after\n") || strings.Count(again, BeginMarker) != 1 {
+		t.Fatalf("replace: %q", again)
+	}
+}
