@@ -196,6 +196,11 @@ func TestHARollbackHaltsTheRollout(t *testing.T) {
 		t.Fatalf("node-2: %+v %v, want rolled back", res, err)
 	}
 	fs[1].checkConverged(RolledBack, before)
+	// node-3 still runs 3.6: the cluster version did not move, and node-2's
+	// etcd went back to 3.6 with its manifest.
+	if v := etcdclient.Version(t, fs[1].node); !strings.HasPrefix(v, "3.6.") {
+		t.Errorf("node-2's etcd serves %s after its rollback, want 3.6", v)
+	}
 
 	_, err = fs[2].e.Run(t.Context(), haRelease(fs[2].node.State, "", ""), nil)
 	var halted *cluster.HaltedError
@@ -254,4 +259,46 @@ func TestHAGateRefusesWithoutQuorumMargin(t *testing.T) {
 	if v := view(t, fs[1]); v.Halt == nil || v.Halt.Node != "node-1" {
 		t.Fatalf("rollout %+v: want halted by node-1", v)
 	}
+}
+
+// TestHAEtcdPointOfNoReturn: node-1 and node-2 run etcd 3.7; on node-3, the
+// last member on 3.6, the plan's etcd step is announced as the point of no
+// return, and when a later component fails the rollback refuses to put
+// etcd 3.6 back (it could not start on a 3.7 cluster): the transaction ends
+// rollback-failed with nothing restored, every member serves, etcd 3.7 on
+// all three, and the rollout halts.
+func TestHAEtcdPointOfNoReturn(t *testing.T) {
+	c, fs := haCluster(t)
+	l := haload.Start(t, c)
+	for _, f := range fs[:2] {
+		if res, err := f.e.Run(t.Context(), haRelease(f.node.State, "", ""), nil); err != nil {
+			t.Fatalf("%s: %+v %v", f.node.State.NodeName, res, err)
+		}
+	}
+	last := fs[2]
+	dl := testDeadlines
+	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
+	last.e = last.engine(last.node.Scanner, dl)
+	res, err := last.e.Run(t.Context(), haRelease(last.node.State, nodestate.Scheduler, standin.ModeNeverListen), nil)
+	if res.Outcome != RollbackFailed || !errors.Is(err, ErrRollbackFailed) || !strings.Contains(res.Reason, "cluster version") {
+		t.Fatalf("node-3: %+v %v, want rollback-failed at etcd's point of no return", res, err)
+	}
+	announced := false
+	last.mu.Lock()
+	for _, ev := range last.events {
+		announced = announced || ev.Step == "etcd-point-of-no-return"
+	}
+	last.mu.Unlock()
+	if !announced {
+		t.Error("node-3's etcd step was not announced as the point of no return")
+	}
+	for _, f := range fs {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.7.") {
+			t.Errorf("%s's etcd serves %q, want 3.7", f.node.State.NodeName, v)
+		}
+	}
+	if v := view(t, fs[0]); v.Halt == nil || v.Halt.Node != "node-3" || v.Halt.Outcome != string(RollbackFailed) {
+		t.Fatalf("rollout %+v: want halted by node-3, rollback-failed", v)
+	}
+	l.Check(t, "the last member's etcd step is the point of no return")
 }

@@ -164,6 +164,9 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	r.snap = snap
 	_, restored := r.find(journal.PhaseRollingBack, journal.StepRestored, "")
 	if !restored {
+		if err := e.checkEtcdRollback(ctx, r, written); err != nil {
+			return err
+		}
 		if err := e.restoreEtcd(ctx, r, written, snap); err != nil {
 			return err
 		}
