@@ -37,6 +37,10 @@ type Config struct {
 	// Wait bounds the wait for another node's lock; default 30 minutes
 	// (another node's whole transaction, soak included).
 	Wait time.Duration
+	// Unreachable is how long Acquire retries while the cluster's etcd
+	// does not answer (a member restarting, an election) before it gives
+	// up with ErrUnreachable; default 1 minute.
+	Unreachable time.Duration
 	// Waiting, if set, is told once who holds the lock it waits for.
 	Waiting func(h Holder)
 	Log     *slog.Logger
@@ -97,6 +101,9 @@ func Connect(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	if cfg.Wait <= 0 {
 		cfg.Wait = 30 * time.Minute
+	}
+	if cfg.Unreachable <= 0 {
+		cfg.Unreachable = time.Minute
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -166,6 +173,7 @@ func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, 
 	deadline := time.Now().Add(c.cfg.Wait)
 	told := ""
 	var last *BusyError
+	var unreachable time.Time
 	for {
 		h, err := c.acquireOnce(ctx, kind, resume, deadline)
 		var busy *BusyError
@@ -174,6 +182,25 @@ func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, 
 			// waited for is the open transaction.
 			return nil, fmt.Errorf("%w (waited %s)", last, c.cfg.Wait)
 		}
+		if errors.Is(err, ErrUnreachable) && ctx.Err() == nil {
+			// A member restarting (another node's etcd step) or a leader
+			// election fails a request now and then: retry, but give up
+			// on a cluster that stays unreachable.
+			if unreachable.IsZero() {
+				unreachable = time.Now()
+			}
+			if time.Since(unreachable) >= c.cfg.Unreachable || time.Now().After(deadline) {
+				return nil, fmt.Errorf("%w (for %s)", err, time.Since(unreachable).Round(time.Second))
+			}
+			c.cfg.Log.Warn("the cluster's etcd did not answer; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		unreachable = time.Time{}
 		if !errors.As(err, &busy) {
 			return h, err
 		}
@@ -199,7 +226,14 @@ func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, 
 
 // acquireOnce takes the lock (waiting until deadline) and checks under it.
 func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume string, deadline time.Time) (*Hold, error) {
-	s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(int((c.cfg.TTL+time.Second-1)/time.Second)))
+	ttl := int64((c.cfg.TTL + time.Second - 1) / time.Second)
+	gctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	lease, err := c.cli.Grant(gctx, ttl)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: lease for the rollout lock: %v", ErrUnreachable, err)
+	}
+	s, err := concurrency.NewSession(c.cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(ttl)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: lease for the rollout lock: %v", ErrUnreachable, err)
 	}
@@ -229,11 +263,17 @@ func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume string, dead
 func (c *Coordinator) lock(ctx context.Context, m *concurrency.Mutex, deadline time.Time) error {
 	tctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	if err := m.TryLock(tctx); err == nil {
+	// One try, bounded like any single request: a cluster without quorum
+	// must not hold it for the whole wait.
+	try, cancelTry := context.WithTimeout(tctx, writeTimeout)
+	err := m.TryLock(try)
+	cancelTry()
+	switch {
+	case err == nil:
 		return nil
-	} else if ctx.Err() == nil && tctx.Err() != nil {
+	case ctx.Err() == nil && tctx.Err() != nil:
 		return fmt.Errorf("%w: the wait of %s ran out", ErrLockTimeout, c.cfg.Wait)
-	} else if !errors.Is(err, concurrency.ErrLocked) {
+	case !errors.Is(err, concurrency.ErrLocked):
 		return fmt.Errorf("%w: rollout lock: %v", ErrUnreachable, err)
 	}
 	h, _ := c.holder(tctx)
@@ -245,7 +285,10 @@ func (c *Coordinator) lock(ctx context.Context, m *concurrency.Mutex, deadline t
 		if ctx.Err() == nil && tctx.Err() != nil {
 			return fmt.Errorf("%w: node %s held it for all of %s; it is still changing, or it died and its lease has not expired", ErrLockTimeout, orUnknown(h.Node), c.cfg.Wait)
 		}
-		return fmt.Errorf("rollout lock (held by node %s): %w", orUnknown(h.Node), err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("rollout lock (held by node %s): %w", orUnknown(h.Node), err)
+		}
+		return fmt.Errorf("%w: waiting for the rollout lock held by node %s: %v", ErrUnreachable, orUnknown(h.Node), err)
 	}
 	return nil
 }

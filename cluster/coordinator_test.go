@@ -251,3 +251,53 @@ func TestViewRefusesForeignValues(t *testing.T) {
 		t.Fatalf("view: %v", err)
 	}
 }
+
+// A cluster that loses quorum for a moment (two members restarting) fails
+// requests; Acquire retries them and gets the lock once etcd answers again.
+func TestAcquireRetriesWhileEtcdRecovers(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	co := connect(t, c, 0, "node-1", nil)
+	for _, m := range c.Members[1:] {
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() {
+		h, err := co.Acquire(context.Background(), "upgrade", "")
+		if err == nil {
+			h.Release()
+		}
+		got <- err
+	}()
+	time.Sleep(3 * time.Second)
+	for _, m := range c.Members[1:] {
+		if err := m.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("acquire across the outage: %v", err)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("acquire did not return after etcd recovered")
+	}
+}
+
+// A cluster that stays without quorum: Acquire gives up after Unreachable
+// with ErrUnreachable, saying for how long.
+func TestAcquireGivesUpOnAnUnreachableCluster(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	co := connect(t, c, 0, "node-1", func(cfg *cluster.Config) { cfg.Unreachable = time.Second })
+	for _, m := range c.Members[1:] {
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := co.Acquire(context.Background(), "upgrade", "")
+	if !errors.Is(err, cluster.ErrUnreachable) || !strings.Contains(err.Error(), "(for ") {
+		t.Fatalf("acquire without quorum: %v, want ErrUnreachable", err)
+	}
+}

@@ -55,6 +55,11 @@ func TestApplyOnTestBed(t *testing.T) {
 	contains(t, "manifest", readFile(t, sched), "- --v=3\n")
 	out = c.want(cli.ExitOK, "plan", "--state="+nextFile)
 	contains(t, "plan after the apply", out, "nothing to do")
+	code, _, errOut := c.su("status", "--cluster")
+	if code != cli.ExitError {
+		t.Errorf("status --cluster on a single member: exit %d, want %d", code, cli.ExitError)
+	}
+	contains(t, "status --cluster on a single member", errOut, "single member: there is no cluster rollout")
 	out = c.want(cli.ExitOK, "status")
 	contains(t, "status", out, "transaction:  none open; last ")
 
@@ -66,7 +71,7 @@ func TestApplyOnTestBed(t *testing.T) {
 	if err := bad.Save(badFile); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := c.su("apply", "--state="+badFile, "--replace-timeout=5s", "--active-timeout=5s")
+	code, out, errOut = c.su("apply", "--state="+badFile, "--replace-timeout=5s", "--active-timeout=5s")
 	if code != cli.ExitRolledBack {
 		t.Fatalf("apply of a failing state: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
 	}

@@ -189,4 +189,6 @@ func TestHACrashMidStepResumes(t *testing.T) {
 	}
 	status := nodes[(first+1)%3].want(cli.ExitOK, "status", "--cluster")
 	contains(t, "status --cluster", status, "rollout lock: free", "node-1", "node-2", "node-3")
+	out = nodes[first].want(cli.ExitOK, "clear-halt")
+	contains(t, "clear-halt", out, "nothing to do: the rollout is not halted")
 }

@@ -21,6 +21,19 @@ import (
 // errSingleMember: the node's etcd has one member; there is no rollout.
 var errSingleMember = errors.New("this node's etcd has a single member: there is no cluster rollout (run, apply and the verbs take no lock)")
 
+// withCoordinator runs f with a coordinator of the journal's node's
+// cluster, within 30 s in all.
+func (g *globals) withCoordinator(f func(ctx context.Context, c *cluster.Coordinator) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := g.coordinator(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(ctx, c)
+}
+
 // coordinator connects to the cluster of the journal's node state.
 func (g *globals) coordinator(ctx context.Context) (*cluster.Coordinator, error) {
 	j, err := g.openJournal(true)
@@ -49,23 +62,18 @@ type clusterReport struct {
 }
 
 func (g *globals) statusCluster() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := g.coordinator(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	v, err := c.View(ctx)
-	if err != nil {
-		return err
-	}
-	rep := clusterReport{Endpoints: c.Endpoints(), View: v}
-	if g.json() {
-		return writeJSON(g.stdout, rep)
-	}
-	rep.print(g.stdout)
-	return nil
+	return g.withCoordinator(func(ctx context.Context, c *cluster.Coordinator) error {
+		v, err := c.View(ctx)
+		if err != nil {
+			return err
+		}
+		rep := clusterReport{Endpoints: c.Endpoints(), View: v}
+		if g.json() {
+			return writeJSON(g.stdout, rep)
+		}
+		rep.print(g.stdout)
+		return nil
+	})
 }
 
 func (rep clusterReport) print(w io.Writer) {
@@ -111,26 +119,21 @@ clear-halt removes the halt, through this node's etcd client certificate, and
 prints what it cleared. It changes nothing on any node.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			c, err := g.coordinator(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			h, err := c.ClearHalt(ctx)
-			if err != nil {
-				return err
-			}
-			if g.json() {
-				return writeJSON(g.stdout, map[string]any{"cleared": h})
-			}
-			if h == nil {
-				fmt.Fprintln(g.stdout, "nothing to do: the rollout is not halted")
+			return g.withCoordinator(func(ctx context.Context, c *cluster.Coordinator) error {
+				h, err := c.ClearHalt(ctx)
+				if err != nil {
+					return err
+				}
+				if g.json() {
+					return writeJSON(g.stdout, map[string]any{"cleared": h})
+				}
+				if h == nil {
+					fmt.Fprintln(g.stdout, "nothing to do: the rollout is not halted")
+					return nil
+				}
+				fmt.Fprintf(g.stdout, "cleared the halt of transaction %s on %s (%s at %s: %s); nodes may begin transactions again\n", h.Txn, h.Node, h.Outcome, h.At.Format(time.RFC3339), orNone(h.Reason))
 				return nil
-			}
-			fmt.Fprintf(g.stdout, "cleared the halt of transaction %s on %s (%s at %s: %s); nodes may begin transactions again\n", h.Txn, h.Node, h.Outcome, h.At.Format(time.RFC3339), orNone(h.Reason))
-			return nil
+			})
 		}),
 	}
 }
