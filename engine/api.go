@@ -209,6 +209,11 @@ func (e *Engine) Resume(ctx context.Context) (Result, error) {
 // lock on a multi-member cluster; first runs once the lock is held, and
 // its error ends it with nothing driven.
 func (e *Engine) driveOwn(ctx context.Context, txn *journal.Txn, first func() error) (Result, error) {
+	// An untrusted transaction is refused before anything, the cluster
+	// included, is reached.
+	if _, err := e.trustOpen(txn); err != nil {
+		return Result{Txn: txn.ID}, err
+	}
 	from, err := nodestate.Parse(txn.From)
 	if err != nil {
 		return Result{Txn: txn.ID}, fmt.Errorf("transaction %s: node state before: %w", txn.ID, err)
@@ -231,13 +236,8 @@ func (e *Engine) Rollback(ctx context.Context, reason string) (Result, error) {
 	if txn == nil {
 		return Result{Outcome: Nothing}, errors.New("no open transaction to roll back; use --last to roll back the last committed upgrade")
 	}
-	if txn.Phase != journal.PhaseRollingBack {
-		// Checked before the journal write below: an untrusted
-		// transaction is refused with nothing changed.
-		if _, err := e.trustOpen(txn); err != nil {
-			return Result{Txn: txn.ID}, err
-		}
-	}
+	// driveOwn checks trust before the journal write below: an untrusted
+	// transaction is refused with nothing changed.
 	return e.driveOwn(ctx, txn, func() error {
 		if txn.Phase == journal.PhaseRollingBack {
 			return nil

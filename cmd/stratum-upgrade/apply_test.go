@@ -215,13 +215,22 @@ func TestRenderLiveOnTestBed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mark, err := n.Scanner.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(sched, edited, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// kubelet replaces the scheduler from the edited manifest: wait until
-	// it runs again, as it would on a node edited long ago.
+	// the new one runs and answers, as on a node edited long ago. (Only
+	// WaitActive saw the old scheduler still answering, and render then
+	// looked in the gap between the two: seen in CI.)
 	tgt, err := manifest.Target(next, nodestate.Scheduler)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Scanner.WaitReplaced(t.Context(), tgt, mark, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Scanner.WaitActive(t.Context(), tgt, 30*time.Second); err != nil {
