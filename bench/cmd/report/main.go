@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/docsplice"
 )
 
 // Markers around the generated part of the performance document.
@@ -343,18 +345,4 @@ func GeneratedBlock(table, machine string) string {
 
 // Splice replaces the generated part of doc with block; a document without
 // both markers (or an empty one) gets block appended.
-func Splice(doc, block string) string {
-	i := strings.Index(doc, BeginMarker)
-	j := strings.Index(doc, EndMarker)
-	if i < 0 || j < i {
-		if doc == "" {
-			return "# Performance\n\n" + block
-		}
-		return strings.TrimRight(doc, "\n") + "\n\n" + block
-	}
-	end := j + len(EndMarker)
-	if end < len(doc) && doc[end] == '\n' {
-		end++
-	}
-	return doc[:i] + block + doc[end:]
-}
+func Splice(doc, block string) string { return docsplice.Splice(doc, BeginMarker, EndMarker, block) }

@@ -17,6 +17,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/docsplice"
 )
 
 // The markers of the generated section of -doc.
@@ -106,18 +108,4 @@ func Block(figures []string) string {
 }
 
 // Splice replaces the generated section of doc with block, or appends it.
-func Splice(doc, block string) string {
-	i := strings.Index(doc, BeginMarker)
-	j := strings.Index(doc, EndMarker)
-	if i < 0 || j < i {
-		if doc != "" && !strings.HasSuffix(doc, "\n") {
-			doc += "\n"
-		}
-		return doc + "\n" + block
-	}
-	end := j + len(EndMarker)
-	if end < len(doc) && doc[end] == '\n' {
-		end++
-	}
-	return doc[:i] + block + doc[end:]
-}
+func Splice(doc, block string) string { return docsplice.Splice(doc, BeginMarker, EndMarker, block) }
