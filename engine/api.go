@@ -242,15 +242,21 @@ func (e *Engine) Rollback(ctx context.Context, reason string) (Result, error) {
 		if txn.Phase == journal.PhaseRollingBack {
 			return nil
 		}
-		if err := e.j.Update(txn.ID, func(t *journal.Txn) error {
-			t.Phase, t.Reason = journal.PhaseRollingBack, reason
-			return nil
-		}); err != nil {
-			return err
-		}
-		txn.Phase, txn.Reason = journal.PhaseRollingBack, reason
-		return nil
+		return e.startRollback(txn, reason)
 	})
+}
+
+// startRollback journals txn as rolling back for reason, before drive
+// (which then rolls it back), and updates txn to match.
+func (e *Engine) startRollback(txn *journal.Txn, reason string) error {
+	if err := e.j.Update(txn.ID, func(t *journal.Txn) error {
+		t.Phase, t.Reason = journal.PhaseRollingBack, reason
+		return nil
+	}); err != nil {
+		return err
+	}
+	txn.Phase, txn.Reason = journal.PhaseRollingBack, reason
+	return nil
 }
 
 // RollbackLast undoes the last committed upgrade: a new transaction (kind

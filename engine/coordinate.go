@@ -76,10 +76,9 @@ func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestat
 		return true, nil
 	}
 	reason := fmt.Sprintf("the cluster could not record the transaction, so nothing was changed: %v", err)
-	if uerr := e.j.Update(txn.ID, func(t *journal.Txn) error { t.Phase, t.Reason = journal.PhaseRollingBack, reason; return nil }); uerr != nil {
+	if uerr := e.startRollback(txn, reason); uerr != nil {
 		return false, fmt.Errorf("%w: %v (and %v)", errFatalJournal, uerr, err)
 	}
-	txn.Phase, txn.Reason = journal.PhaseRollingBack, reason
 	return false, nil
 }
 
