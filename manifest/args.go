@@ -26,12 +26,20 @@ var cisTLSCipherSuites = strings.Join([]string{
 // args is a flag set built by a component's renderer.
 type args map[string]string
 
-// command is argv: binary then every flag of a (extra args already
-// applied) as --name=value, sorted by name like kubeadm's ArgumentsToCommand.
-func command(name string, a args) []string {
+// command is argv as kubeadm's ArgumentsToCommand (cmd/kubeadm/app/util)
+// builds it: the binary, then the rendered flags of a that no extra arg
+// replaces, sorted by name, then st's extra args of the component in
+// their order (nodestate.ExtraArgOrder), each as --name=value.
+func command(st *nodestate.NodeState, name string, a args) []string {
 	out := []string{binaryName(name)}
+	extra := st.ExtraArgs[name]
 	for _, k := range sortedKeys(a) {
-		out = append(out, "--"+k+"="+a[k])
+		if _, replaced := extra[k]; !replaced {
+			out = append(out, "--"+k+"="+a[k])
+		}
+	}
+	for _, k := range st.ExtraArgOrder(name) {
+		out = append(out, "--"+k+"="+extra[k])
 	}
 	return out
 }
@@ -99,7 +107,6 @@ func etcdArgs(st *nodestate.NodeState, v *version.Version) args {
 		"listen-peer-urls":            etcdPeerURL(st),
 		"initial-advertise-peer-urls": etcdPeerURL(st),
 		"initial-cluster":             st.Etcd.InitialCluster,
-		"initial-cluster-state":       st.Etcd.InitialClusterState,
 		"data-dir":                    st.Etcd.DataDir,
 		"cert-file":                   pki(st, "etcd/server.crt"),
 		"key-file":                    pki(st, "etcd/server.key"),
@@ -111,6 +118,11 @@ func etcdArgs(st *nodestate.NodeState, v *version.Version) args {
 		"peer-client-cert-auth":       "true",
 		"snapshot-count":              "10000",
 		"listen-metrics-urls":         "http://" + hostPort(lo, st.Ports.EtcdMetrics),
+	}
+	// kubeadm writes the state only to join an existing cluster; "new" is
+	// etcd's default.
+	if st.Etcd.InitialClusterState != "new" {
+		a["initial-cluster-state"] = st.Etcd.InitialClusterState
 	}
 	// The flags whose names depend on etcd's minor (3.7 refuses 3.5's).
 	for k, val := range versions.Etcd(v).Flags {
@@ -142,7 +154,7 @@ func apiServerArgs(st *nodestate.NodeState) args {
 		"requestheader-group-headers":        "X-Remote-Group",
 		"requestheader-username-headers":     "X-Remote-User",
 		"secure-port":                        strconv.Itoa(st.Ports.APIServer),
-		"service-account-issuer":             "https://kubernetes.default.svc.cluster.local",
+		"service-account-issuer":             "https://kubernetes.default.svc." + st.Networking.DNSDomain,
 		"service-account-key-file":           pki(st, "sa.pub"),
 		"service-account-signing-key-file":   pki(st, "sa.key"),
 		"service-cluster-ip-range":           st.Networking.ServiceCIDR,
@@ -166,12 +178,10 @@ func apiServerArgs(st *nodestate.NodeState) args {
 func controllerManagerArgs(st *nodestate.NodeState) args {
 	kubeconfig := filepath.Join(st.KubeconfigDir, "controller-manager.conf")
 	a := args{
-		"allocate-node-cidrs":              "true",
 		"authentication-kubeconfig":        kubeconfig,
 		"authorization-kubeconfig":         kubeconfig,
 		"bind-address":                     "127.0.0.1",
 		"client-ca-file":                   pki(st, "ca.crt"),
-		"cluster-cidr":                     st.Networking.PodCIDR,
 		"cluster-name":                     "kubernetes",
 		"cluster-signing-cert-file":        pki(st, "ca.crt"),
 		"cluster-signing-key-file":         pki(st, "ca.key"),
@@ -180,11 +190,18 @@ func controllerManagerArgs(st *nodestate.NodeState) args {
 		"leader-elect":                     "true",
 		"requestheader-client-ca-file":     pki(st, "front-proxy-ca.crt"),
 		"root-ca-file":                     pki(st, "ca.crt"),
-		"secure-port":                      strconv.Itoa(st.Ports.ControllerManager),
 		"service-account-private-key-file": pki(st, "sa.key"),
-		"service-cluster-ip-range":         st.Networking.ServiceCIDR,
 		"use-service-account-credentials":  "true",
 	}
+	// kubeadm lets the controller-manager allocate node CIDRs only with a
+	// pod subnet (without one the network plugin does it), and names the
+	// Service range only then.
+	if st.Networking.PodCIDR != nodestate.NoPodCIDR {
+		a["allocate-node-cidrs"] = "true"
+		a["cluster-cidr"] = st.Networking.PodCIDR
+		a["service-cluster-ip-range"] = st.Networking.ServiceCIDR
+	}
+	setSecurePort(a, st.Ports.ControllerManager, nodestate.DefaultControllerManagerPort)
 	if st.Profile.Name == nodestate.ProfileCIS {
 		a["profiling"] = "false"
 	}
@@ -199,12 +216,20 @@ func schedulerArgs(st *nodestate.NodeState) args {
 		"bind-address":              "127.0.0.1",
 		"kubeconfig":                kubeconfig,
 		"leader-elect":              "true",
-		"secure-port":               strconv.Itoa(st.Ports.Scheduler),
 	}
+	setSecurePort(a, st.Ports.Scheduler, nodestate.DefaultSchedulerPort)
 	if st.Profile.Name == nodestate.ProfileCIS {
 		a["profiling"] = "false"
 	}
 	return a
+}
+
+// setSecurePort sets --secure-port for a port other than the component's
+// default, which kubeadm leaves to the component.
+func setSecurePort(a args, port, def int) {
+	if port != def {
+		a["secure-port"] = strconv.Itoa(port)
+	}
 }
 
 // checkArgs refuses a final flag set that component's binary at v would

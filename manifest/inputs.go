@@ -204,13 +204,17 @@ func InputsOnly(st *nodestate.NodeState, prof Profile, name string, b []byte) bo
 		return false
 	}
 	old, had := pod.Annotations[InputsAnnotation]
-	if had && old == want.Annotations[InputsAnnotation] {
-		return false
+	cur, wants := want.Annotations[InputsAnnotation]
+	if had == wants && old == cur {
+		return false // the annotation is as rendered (or absent on both, adopted)
 	}
 	if had {
-		want.Annotations[InputsAnnotation] = old
+		annotate(want, InputsAnnotation, old)
 	} else {
 		delete(want.Annotations, InputsAnnotation)
+		if len(want.Annotations) == 0 {
+			want.Annotations = nil // as a pod without annotations renders
+		}
 	}
 	wb, err := Encode(want)
 	return err == nil && bytes.Equal(wb, b)

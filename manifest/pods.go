@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,23 +43,29 @@ func setMounts(pod *corev1.Pod, c *corev1.Container, mounts []hostMount) {
 	}
 }
 
-// caMounts are the host's CA bundles, read-only, as kubeadm mounts them;
-// /etc/pki is where RHEL-family hosts keep theirs.
-func caMounts() []hostMount {
-	return []hostMount{
-		{"ca-certs", "/etc/ssl/certs", corev1.HostPathDirectoryOrCreate, true},
-		{"etc-ca-certificates", "/etc/ca-certificates", corev1.HostPathDirectoryOrCreate, true},
-		{"etc-pki", "/etc/pki", corev1.HostPathDirectoryOrCreate, true},
-		{"usr-local-share-ca-certificates", "/usr/local/share/ca-certificates", corev1.HostPathDirectoryOrCreate, true},
-		{"usr-share-ca-certificates", "/usr/share/ca-certificates", corev1.HostPathDirectoryOrCreate, true},
+// caMounts are the host's CA bundles, read-only, as kubeadm mounts them:
+// /etc/ssl/certs as ca-certs, and each of st's CA certificate directories
+// under its path with the slashes made dashes (/etc/pki/ca-trust is
+// etc-pki-ca-trust), as kubeadm names them.
+func caMounts(st *nodestate.NodeState) []hostMount {
+	out := []hostMount{{"ca-certs", "/etc/ssl/certs", corev1.HostPathDirectoryOrCreate, true}}
+	for _, d := range st.CACertMountDirs() {
+		out = append(out, hostMount{strings.ReplaceAll(d, "/", "-")[1:], d, corev1.HostPathDirectoryOrCreate, true})
 	}
+	return out
 }
 
-// basePod is the pod every component shares: kubeadm's ComponentPod, with
-// the restart policy, DNS policy and grace period written out rather than
-// left to API defaulting.
+// systemNodeCriticalPriority is the value of the system-node-critical
+// priority class, which kubeadm writes into its pods beside the class name.
+const systemNodeCriticalPriority = int32(2000001000)
+
+// basePod is the pod every component shares: kubeadm's ComponentPod
+// (cmd/kubeadm/app/util/staticpod), field for field, so that kubelet sees
+// a node kubeadm made and its render as the same pods. The restart policy,
+// DNS policy and grace period are left to API defaulting, as kubeadm
+// leaves them.
 func basePod(name string, c corev1.Container) *corev1.Pod {
-	grace := int64(terminationGracePeriodSecond)
+	priority := systemNodeCriticalPriority
 	c.Name = name
 	c.ImagePullPolicy = corev1.PullIfNotPresent
 	return &corev1.Pod{
@@ -69,12 +76,10 @@ func basePod(name string, c corev1.Container) *corev1.Pod {
 			Labels:    map[string]string{"component": name, "tier": "control-plane"},
 		},
 		Spec: corev1.PodSpec{
-			Containers:                    []corev1.Container{c},
-			HostNetwork:                   true,
-			PriorityClassName:             "system-node-critical",
-			RestartPolicy:                 corev1.RestartPolicyAlways,
-			DNSPolicy:                     corev1.DNSClusterFirst,
-			TerminationGracePeriodSeconds: &grace,
+			Containers:        []corev1.Container{c},
+			Priority:          &priority,
+			PriorityClassName: "system-node-critical",
+			HostNetwork:       true,
 			SecurityContext: &corev1.PodSecurityContext{
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
@@ -96,7 +101,7 @@ func controlPlanePod(st *nodestate.NodeState, name string, v *version.Version, r
 	ep, _ := probeFor(st, name, a, v)
 	c := corev1.Container{
 		Image:     st.Images[name],
-		Command:   command(name, a),
+		Command:   command(st, name, a),
 		Resources: res,
 	}
 	setProbes(&c, ep)
@@ -110,12 +115,16 @@ func etcdPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
 		{"etcd-data", st.Etcd.DataDir, corev1.HostPathDirectoryOrCreate, false},
 		{"etcd-certs", pki(st, "etcd"), corev1.HostPathDirectoryOrCreate, false},
 	})
+	// kubeadm lists etcd's mounts data first (phases/etcd/local.go), not
+	// by name as its other volumes and mounts.
+	m := pod.Spec.Containers[0].VolumeMounts
+	m[0], m[1] = m[1], m[0]
 	pod.Annotations = map[string]string{EtcdAdvertiseClientURLsAnnotation: etcdClientURL(st)}
 	return pod
 }
 
 func apiServerPod(st *nodestate.NodeState, prof Profile, v *version.Version) *corev1.Pod {
-	mounts := append(caMounts(), hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true})
+	mounts := append(caMounts(st), hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true})
 	annotations := map[string]string{
 		APIServerAdvertiseAddressAnnotation: hostPort(st.AdvertiseAddress, st.Ports.APIServer),
 	}
@@ -134,7 +143,7 @@ func apiServerPod(st *nodestate.NodeState, prof Profile, v *version.Version) *co
 }
 
 func controllerManagerPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
-	mounts := append(caMounts(),
+	mounts := append(caMounts(st),
 		hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true},
 		hostMount{"kubeconfig", filepath.Join(st.KubeconfigDir, "controller-manager.conf"), corev1.HostPathFileOrCreate, true},
 	)

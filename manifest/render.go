@@ -78,7 +78,8 @@ func checkRoster(st *nodestate.NodeState, name string) error {
 // unordered, so the same inputs always give the same pod (and Encode the
 // same bytes). restartedAt is RestartedAtAnnotation's value; "" renders no
 // such annotation. Every pod carries InputsAnnotation, the hash of its
-// start-only input files as prof.Inputs holds them.
+// start-only input files as prof.Inputs holds them, except an adopted
+// component's while that hash is still st.AdoptedInputs' (InputsDigest).
 //
 // It is an error to ask for a name outside NamesFor(st) (the error names the
 // roster), for a component with no image in st, for an invalid st, and for
@@ -122,14 +123,40 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 	case nodestate.KubeVIP:
 		pod = kubeVIPPod(st)
 	}
+	// An adopted component whose files are as they were at adoption keeps
+	// the annotation-free pod the other tool wrote (NodeState.AdoptedInputs).
+	if digest := prof.Inputs.hash(inputPaths(st, name, v)); st.AdoptedInputs[name] != digest {
+		annotate(pod, InputsAnnotation, digest)
+	}
+	if restartedAt != "" {
+		annotate(pod, RestartedAtAnnotation, restartedAt)
+	}
+	return pod, nil
+}
+
+// annotate sets annotation k to v on pod, making the map only then: a pod
+// with no annotation has none, as kubeadm writes it (kubelet's hash tells
+// an empty map from an absent one).
+func annotate(pod *corev1.Pod, k, v string) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[InputsAnnotation] = prof.Inputs.hash(inputPaths(st, name, v))
-	if restartedAt != "" {
-		pod.Annotations[RestartedAtAnnotation] = restartedAt
+	pod.Annotations[k] = v
+}
+
+// InputsDigest is the hash of component name's start-only input files as
+// prof.Inputs holds them: InputsAnnotation's value, and what
+// NodeState.AdoptedInputs records at adoption. A name outside NamesFor(st)
+// is an error.
+func InputsDigest(st *nodestate.NodeState, prof Profile, name string) (string, error) {
+	if err := checkRoster(st, name); err != nil {
+		return "", fmt.Errorf("inputs of %s: %w", name, err)
 	}
-	return pod, nil
+	v, err := versions.Of(st, name)
+	if err != nil {
+		return "", fmt.Errorf("inputs of %s: %w", name, err)
+	}
+	return prof.Inputs.hash(inputPaths(st, name, v)), nil
 }
 
 // Encode serializes pod as a manifest with sigs.k8s.io/yaml: struct fields in

@@ -6,10 +6,12 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -312,6 +314,12 @@ func TestMountPathsAreHostPaths(t *testing.T) {
 	})
 }
 
+func noPodCIDR(st *nodestate.NodeState) *nodestate.NodeState {
+	c := st.Clone()
+	c.Networking.PodCIDR = nodestate.NoPodCIDR
+	return c
+}
+
 func TestComponentFlags(t *testing.T) {
 	cis := loadState(t, "cis")
 	def := loadState(t, "default")
@@ -322,12 +330,14 @@ func TestComponentFlags(t *testing.T) {
 		want, not []string
 	}{
 		{def, nodestate.Etcd, []string{"--listen-client-urls=https://127.0.0.1:2379,https://10.0.0.11:2379", "--listen-peer-urls=https://10.0.0.11:2380", "--listen-metrics-urls=http://127.0.0.1:2381", "--initial-cluster-state=existing", "--name=cp-1", "--data-dir=/var/lib/etcd", "--client-cert-auth=true", "--peer-client-cert-auth=true"}, nil},
-		{vip, nodestate.Etcd, []string{"--initial-cluster=cp-1=https://192.168.10.21:2380", "--initial-cluster-state=new"}, nil},
+		{vip, nodestate.Etcd, []string{"--initial-cluster=cp-1=https://192.168.10.21:2380"}, []string{"--initial-cluster-state"}},
 		{def, nodestate.KubeAPIServer, []string{"--secure-port=6443", "--enable-admission-plugins=NodeRestriction", "--etcd-servers=https://127.0.0.1:2379", "--service-cluster-ip-range=10.96.0.0/12"}, []string{"--profiling=false", "--audit-policy-file", "--admission-control-config-file", "--tls-cipher-suites"}},
 		{cis, nodestate.KubeAPIServer, []string{"--audit-policy-file=/etc/stratum/profiles/audit-policy.yaml", "--audit-log-path=/var/log/kubernetes/audit/audit.log", "--audit-log-maxage=30", "--audit-log-maxbackup=10", "--audit-log-maxsize=100", "--enable-admission-plugins=NodeRestriction,EventRateLimit,PodSecurity", "--admission-control-config-file=/etc/kubernetes/stratum/admission-config.yaml", "--profiling=false", "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,", "--event-ttl=2h"}, nil},
-		{def, nodestate.ControllerManager, []string{"--bind-address=127.0.0.1", "--secure-port=10257", "--cluster-cidr=10.244.0.0/16", "--kubeconfig=/etc/kubernetes/controller-manager.conf"}, []string{"--profiling"}},
+		// kubeadm leaves a default port to the component.
+		{def, nodestate.ControllerManager, []string{"--bind-address=127.0.0.1", "--cluster-cidr=10.244.0.0/16", "--allocate-node-cidrs=true", "--service-cluster-ip-range=10.96.0.0/12", "--kubeconfig=/etc/kubernetes/controller-manager.conf"}, []string{"--profiling", "--secure-port"}},
+		{noPodCIDR(def), nodestate.ControllerManager, []string{"--bind-address=127.0.0.1"}, []string{"--cluster-cidr", "--allocate-node-cidrs", "--service-cluster-ip-range"}},
 		{cis, nodestate.ControllerManager, []string{"--secure-port=10357", "--profiling=false", "--terminated-pod-gc-threshold=10"}, nil},
-		{def, nodestate.Scheduler, []string{"--bind-address=127.0.0.1", "--secure-port=10259", "--kubeconfig=/etc/kubernetes/scheduler.conf"}, []string{"--profiling"}},
+		{def, nodestate.Scheduler, []string{"--bind-address=127.0.0.1", "--kubeconfig=/etc/kubernetes/scheduler.conf"}, []string{"--profiling", "--secure-port"}},
 		{cis, nodestate.Scheduler, []string{"--secure-port=10359", "--profiling=false"}, nil},
 		{cis, nodestate.Etcd, []string{"--quota-backend-bytes=8589934592"}, nil},
 	}
@@ -340,9 +350,17 @@ func TestComponentFlags(t *testing.T) {
 			if spec.Argv[0] != binaryName(c.name) {
 				t.Errorf("argv[0] = %q", spec.Argv[0])
 			}
+			// kubeadm's ArgumentsToCommand: the rendered flags sorted by
+			// name, then the extra args in their order.
 			flags := spec.Argv[1:]
-			if !sort.StringsAreSorted(flagNames(flags)) {
-				t.Errorf("flags are not sorted by name: %v", flags)
+			n := len(flags) - len(c.st.ExtraArgs[c.name])
+			if !sort.StringsAreSorted(flagNames(flags[:n])) {
+				t.Errorf("rendered flags are not sorted by name: %v", flags[:n])
+			}
+			for i, k := range c.st.ExtraArgOrder(c.name) {
+				if want := "--" + k + "=" + c.st.ExtraArgs[c.name][k]; flags[n+i] != want {
+					t.Errorf("flag %d is %s, want extra arg %s", n+i, flags[n+i], want)
+				}
 			}
 			for _, w := range c.want {
 				if !slices.ContainsFunc(flags, func(f string) bool { return f == w || strings.HasSuffix(w, ",") && strings.HasPrefix(f, w) }) {
@@ -383,14 +401,31 @@ func TestExtraArgsReplaceAndAdd(t *testing.T) {
 		t.Errorf("--secure-port appears %d times", n)
 	}
 	// The probes and the Target follow the moved listener.
-	probe := pod.Spec.Containers[0].StartupProbe.HTTPGet
-	if probe.Port.IntValue() != 20259 || probe.Host != "127.0.0.2" {
-		t.Errorf("startup probe %s:%d, want 127.0.0.2:20259", probe.Host, probe.Port.IntValue())
+	ctr := pod.Spec.Containers[0]
+	probe := ctr.StartupProbe.HTTPGet
+	if port := probePort(t, ctr, probe); port != 20259 || probe.Host != "127.0.0.2" {
+		t.Errorf("startup probe %s:%d, want 127.0.0.2:20259", probe.Host, port)
 	}
 	tg, err := Target(st, nodestate.Scheduler)
-	if err != nil || tg.Health != "https://127.0.0.2:20259/healthz" {
+	if err != nil || tg.Health != "https://127.0.0.2:20259/livez" {
 		t.Errorf("Target = %+v, %v", tg, err)
 	}
+}
+
+// probePort is the port probe p of container c reaches: its number, or
+// the container port it names (kubeadm names ProbePortName).
+func probePort(t *testing.T, c corev1.Container, p *corev1.HTTPGetAction) int {
+	t.Helper()
+	if p.Port.Type == intstr.Int {
+		return p.Port.IntValue()
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p.Port.StrVal {
+			return int(cp.ContainerPort)
+		}
+	}
+	t.Fatalf("probe port %q names no container port (ports %v)", p.Port.StrVal, c.Ports)
+	return 0
 }
 
 func countOf(s []string, v string) int {
@@ -439,7 +474,7 @@ func TestTarget(t *testing.T) {
 		{nodestate.Etcd, "etcd", "http://127.0.0.1:2381/health?serializable=false"},
 		{nodestate.KubeAPIServer, "kube-apiserver", "https://127.0.0.1:6443/livez"},
 		{nodestate.ControllerManager, "kube-controller-manager", "https://127.0.0.1:10357/healthz"},
-		{nodestate.Scheduler, "kube-scheduler", "https://127.0.0.1:10359/healthz"},
+		{nodestate.Scheduler, "kube-scheduler", "https://127.0.0.1:10359/livez"},
 		{nodestate.KubeVIP, "kube-vip", ""},
 	}
 	for _, c := range cases {
@@ -463,8 +498,14 @@ func TestTarget(t *testing.T) {
 				}
 				return
 			}
+			// kubeadm probes the apiserver at the advertise address;
+			// stratum dials loopback, where it listens too.
 			g := ctr.StartupProbe.HTTPGet
-			if got := strings.ToLower(string(g.Scheme)) + "://" + g.Host + ":" + g.Port.String() + g.Path; got != tg.Health {
+			host := g.Host
+			if c.name == nodestate.KubeAPIServer && host == cis.AdvertiseAddress {
+				host = "127.0.0.1"
+			}
+			if got := strings.ToLower(string(g.Scheme)) + "://" + host + ":" + strconv.Itoa(probePort(t, ctr, g)) + g.Path; got != tg.Health {
 				t.Errorf("startup probe %s, Target health %s", got, tg.Health)
 			}
 		})
@@ -491,14 +532,28 @@ func TestProbesAreKubeadms(t *testing.T) {
 			if p.InitialDelaySeconds != delay || p.PeriodSeconds != period || p.FailureThreshold != failures || p.TimeoutSeconds != 15 {
 				t.Errorf("%s probe timings %d/%d/%d/%d", kind, p.InitialDelaySeconds, p.PeriodSeconds, p.FailureThreshold, p.TimeoutSeconds)
 			}
-			if h := p.HTTPGet.Host; h != "127.0.0.1" {
-				t.Errorf("%s probe goes to %s, not loopback", kind, h)
+			// kubeadm's GetAPIServerProbeAddress: the advertise address;
+			// every other component's probes go to loopback.
+			want := "127.0.0.1"
+			if name == nodestate.KubeAPIServer {
+				want = st.AdvertiseAddress
+			}
+			if h := p.HTTPGet.Host; h != want {
+				t.Errorf("%s probe goes to %s, not %s", kind, h, want)
+			}
+			if p.HTTPGet.Port.StrVal != ProbePortName || len(c.Ports) != 1 || c.Ports[0].Name != ProbePortName {
+				t.Errorf("%s probe port %v, container ports %v: want the named port %s", kind, p.HTTPGet.Port, c.Ports, ProbePortName)
 			}
 		}
 		check("liveness", c.LivenessProbe, 10, 10, 8)
 		check("startup", c.StartupProbe, 10, 10, 24)
-		if name == nodestate.KubeAPIServer {
+		switch name {
+		case nodestate.KubeAPIServer, nodestate.Scheduler:
 			check("readiness", c.ReadinessProbe, 0, 1, 3)
+		case nodestate.ControllerManager:
+			if c.ReadinessProbe != nil {
+				t.Error("kubeadm gives kube-controller-manager no readiness probe")
+			}
 		}
 	})
 }
@@ -559,12 +614,11 @@ func TestPodShape(t *testing.T) {
 		switch {
 		case pod.Namespace != "kube-system", pod.Labels["component"] != name, pod.Labels["tier"] != "control-plane":
 			t.Errorf("metadata %+v", pod.ObjectMeta)
-		case !s.HostNetwork, s.PriorityClassName != "system-node-critical", s.Priority != nil:
+		case !s.HostNetwork, s.PriorityClassName != "system-node-critical", s.Priority == nil || *s.Priority != 2000001000:
 			t.Errorf("hostNetwork %v priorityClass %q priority %v", s.HostNetwork, s.PriorityClassName, s.Priority)
-		case s.RestartPolicy != corev1.RestartPolicyAlways, s.DNSPolicy != corev1.DNSClusterFirst:
-			t.Errorf("restart %q dns %q", s.RestartPolicy, s.DNSPolicy)
-		case s.TerminationGracePeriodSeconds == nil || *s.TerminationGracePeriodSeconds != 30:
-			t.Errorf("grace %v", s.TerminationGracePeriodSeconds)
+		// Left to API defaulting, as kubeadm leaves them.
+		case s.RestartPolicy != "", s.DNSPolicy != "", s.TerminationGracePeriodSeconds != nil:
+			t.Errorf("restart %q dns %q grace %v written out; kubeadm leaves them to defaulting", s.RestartPolicy, s.DNSPolicy, s.TerminationGracePeriodSeconds)
 		case s.SecurityContext == nil || s.SecurityContext.SeccompProfile == nil || s.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
 			t.Errorf("seccomp %+v", s.SecurityContext)
 		case c.Image != st.Images[name], c.ImagePullPolicy != corev1.PullIfNotPresent:

@@ -95,6 +95,16 @@ type NodeState struct {
 	// configuration); kube-apiserver's argv names it. Outside the manifest dir.
 	ConfigDir string `json:"configDir"`
 
+	// CACertDirs are the host's CA certificate directories mounted
+	// read-only into kube-apiserver and kube-controller-manager beside
+	// /etc/ssl/certs, which is always mounted (the files there are often
+	// symlinks into them). kubeadm mounts those of /etc/pki/ca-trust,
+	// /etc/pki/tls/certs, /etc/ca-certificates, /usr/share/ca-certificates
+	// and /usr/local/share/ca-certificates that exist on the host when it
+	// writes the manifests; init --from-kubeadm records the ones it
+	// mounted. Empty means DefaultCACertDirs.
+	CACertDirs []string `json:"caCertDirs,omitempty"`
+
 	// Networking holds the cluster's Service and pod address ranges.
 	Networking Networking `json:"networking"`
 	// Ports are the node-local ports the components listen on.
@@ -105,6 +115,12 @@ type NodeState struct {
 	// flags that come from the etcd, ports and pkiDir fields. A flag the
 	// component's binary at its version does not accept is refused.
 	ExtraArgs map[string]map[string]string `json:"extraArgs,omitempty"`
+	// ExtraArgsOrder gives, per component, the order of its extra args on
+	// the command line, which follow the rendered flags as kubeadm puts
+	// them (an extra arg that replaces a rendered flag moves there too).
+	// Extra args it does not list follow the listed ones, sorted by name.
+	// init --from-kubeadm records kubeadm's order, which kubelet sees.
+	ExtraArgsOrder map[string][]string `json:"extraArgsOrder,omitempty"`
 
 	// Stopped lists the components `stratum-upgrade stop` stopped, in
 	// roster order: each is in the roster (it keeps its image and
@@ -113,6 +129,15 @@ type NodeState struct {
 	// a stop survives render, resume and reboots. Set by the stop and
 	// start transactions; apply --state refuses to change it.
 	Stopped []string `json:"stopped,omitempty"`
+
+	// AdoptedInputs is set by `init --from-kubeadm`: per component, the
+	// digest of its start-only input files when the node was adopted. The
+	// manifests another tool wrote carry no stratum.ciq.com/inputs-sha256
+	// annotation, and adding one would make kubelet restart the component,
+	// so while a component's files still hash to this digest its pod is
+	// rendered without the annotation. Once they change, the annotation
+	// appears and the component restarts to read them, as on any node.
+	AdoptedInputs map[string]string `json:"adoptedInputs,omitempty"`
 }
 
 // EtcdMember is the local etcd member's identity and cluster membership.
@@ -162,8 +187,14 @@ type Networking struct {
 	// kube-controller-manager).
 	ServiceCIDR string `json:"serviceCIDR"`
 	// PodCIDR is the pod network's range (kube-controller-manager's
-	// --cluster-cidr).
+	// --cluster-cidr, with --allocate-node-cidrs and the Service range),
+	// or NoPodCIDR ("none"): the controller-manager allocates no node
+	// CIDRs, the network plugin does (kubeadm without a podSubnet).
 	PodCIDR string `json:"podCIDR"`
+	// DNSDomain is the cluster's DNS domain (kubeadm's
+	// networking.dnsDomain); the service account issuer is
+	// https://kubernetes.default.svc.<dnsDomain>.
+	DNSDomain string `json:"dnsDomain,omitempty"`
 }
 
 // Ports are the node-local ports the components listen on. Zero means the
@@ -194,6 +225,19 @@ const (
 	DefaultSchedulerPort         = 10259
 )
 
+// DefaultCACertDirs are the CA certificate directories mounted when the
+// node state names none (CACertDirs): those of the Debian and RHEL
+// families, mounted DirectoryOrCreate, so one render serves both.
+var DefaultCACertDirs = []string{"/etc/ca-certificates", "/etc/pki", "/usr/local/share/ca-certificates", "/usr/share/ca-certificates"}
+
+// CACertMountDirs is st.CACertDirs, or DefaultCACertDirs when it is empty.
+func (st *NodeState) CACertMountDirs() []string {
+	if len(st.CACertDirs) > 0 {
+		return st.CACertDirs
+	}
+	return DefaultCACertDirs
+}
+
 // Defaults applied by Parse to empty optional fields.
 const (
 	DefaultPKIDir        = "/etc/kubernetes/pki"
@@ -203,6 +247,10 @@ const (
 	DefaultEtcdDataDir   = "/var/lib/etcd"
 	DefaultServiceCIDR   = "10.96.0.0/12"
 	DefaultPodCIDR       = "10.244.0.0/16"
+	DefaultDNSDomain     = "cluster.local"
+	// NoPodCIDR as networking.podCIDR: no pod range for the
+	// controller-manager to allocate node CIDRs from.
+	NoPodCIDR = "none"
 )
 
 // Load reads, strictly decodes, defaults and validates the node state at
@@ -255,6 +303,7 @@ func (st *NodeState) applyDefaults() {
 	def(&st.Etcd.InitialClusterState, "new")
 	def(&st.Networking.ServiceCIDR, DefaultServiceCIDR)
 	def(&st.Networking.PodCIDR, DefaultPodCIDR)
+	def(&st.Networking.DNSDomain, DefaultDNSDomain)
 	def(&st.Profile.Name, ProfileDefault)
 	if st.Profile.Name == ProfileCIS {
 		def(&st.Profile.AuditLogDir, DefaultAuditLogDir)
@@ -427,8 +476,11 @@ func (st *NodeState) Validate() error {
 	if _, _, err := net.ParseCIDR(st.Networking.ServiceCIDR); err != nil {
 		bad("networking.serviceCIDR", "must be a CIDR, got %q", st.Networking.ServiceCIDR)
 	}
-	if _, _, err := net.ParseCIDR(st.Networking.PodCIDR); err != nil {
-		bad("networking.podCIDR", "must be a CIDR, got %q", st.Networking.PodCIDR)
+	if !dnsLabel.MatchString(st.Networking.DNSDomain) {
+		bad("networking.dnsDomain", "must be a lowercase DNS name, got %q", st.Networking.DNSDomain)
+	}
+	if _, _, err := net.ParseCIDR(st.Networking.PodCIDR); err != nil && st.Networking.PodCIDR != NoPodCIDR {
+		bad("networking.podCIDR", "must be a CIDR or %q, got %q", NoPodCIDR, st.Networking.PodCIDR)
 	}
 	ports := []struct {
 		f string
@@ -460,10 +512,55 @@ func (st *NodeState) Validate() error {
 			}
 		}
 	}
+	for _, c := range slices.Sorted(maps.Keys(st.ExtraArgsOrder)) {
+		for i, k := range st.ExtraArgsOrder[c] {
+			field := fmt.Sprintf("extraArgsOrder.%s[%d]", c, i)
+			switch _, ok := st.ExtraArgs[c][k]; {
+			case !ok:
+				bad(field, "%q is not an extra arg of %s (extraArgs.%s)", k, c, c)
+			case slices.Contains(st.ExtraArgsOrder[c][:i], k):
+				bad(field, "%q is listed twice", k)
+			}
+		}
+	}
+	for i, d := range st.CACertDirs {
+		switch {
+		case !filepath.IsAbs(d) || filepath.Clean(d) != d:
+			bad(fmt.Sprintf("caCertDirs[%d]", i), "must be an absolute, clean path, got %q", d)
+		case d == "/etc/ssl/certs":
+			bad(fmt.Sprintf("caCertDirs[%d]", i), "/etc/ssl/certs is always mounted (as ca-certs); leave it out")
+		case slices.Contains(st.CACertDirs[:i], d):
+			bad(fmt.Sprintf("caCertDirs[%d]", i), "%s is listed twice", d)
+		case slices.Contains(reservedVolumes, strings.ReplaceAll(d, "/", "-")[1:]):
+			bad(fmt.Sprintf("caCertDirs[%d]", i), "%s would be mounted as volume %q, a name the render uses for another mount", d, strings.ReplaceAll(d, "/", "-")[1:])
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(st.AdoptedInputs)) {
+		switch {
+		case !slices.Contains(roster, c) && !st.IsStopped(c):
+			bad("adoptedInputs."+c, "not a component this node runs")
+		case !sha256Hex.MatchString(st.AdoptedInputs[c]):
+			bad("adoptedInputs."+c, "must be a sha256 digest in hex (64 characters 0-9a-f), as init --from-kubeadm records it")
+		}
+	}
 	if len(errs) > 0 {
 		return errs
 	}
 	return nil
+}
+
+// reservedVolumes are the volume names the render gives its other mounts
+// of kube-apiserver and kube-controller-manager; a CA directory's volume
+// (its path with dashes) must not take one.
+var reservedVolumes = []string{"ca-certs", "k8s-certs", "kubeconfig", "flexvolume-dir", "audit-policy", "audit-log", "stratum-config"}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// OwnedEtcdFlag reports whether etcd's --name flag is rendered from a node
+// state field that extraArgs may not override.
+func OwnedEtcdFlag(name string) bool {
+	_, ok := ownedEtcdFlags[name]
+	return ok
 }
 
 // ownedEtcdFlags are etcd flags rendered from dedicated node state fields
@@ -514,6 +611,24 @@ func (st *NodeState) Roster() []string {
 			continue
 		}
 		out = append(out, c)
+	}
+	return out
+}
+
+// ExtraArgOrder is the names of comp's extra args in command-line order:
+// those ExtraArgsOrder lists, then the others sorted by name.
+func (st *NodeState) ExtraArgOrder(comp string) []string {
+	extra := st.ExtraArgs[comp]
+	out := make([]string, 0, len(extra))
+	for _, k := range st.ExtraArgsOrder[comp] {
+		if _, ok := extra[k]; ok && !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
 	}
 	return out
 }

@@ -256,3 +256,45 @@ func TestValidateStopped(t *testing.T) {
 		}
 	}
 }
+
+// The fields init --from-kubeadm fills: each refused with its path when
+// wrong, and each accepted in the form adoption writes.
+func TestValidateAdoptionFields(t *testing.T) {
+	const extra = "extraArgs:\n  kube-apiserver:\n    profiling: \"false\"\n    event-ttl: 2h\n"
+	digest := strings.Repeat("ab", 32)
+	good := []string{
+		valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling, event-ttl]\n",
+		valid + "caCertDirs: [/etc/pki/ca-trust, /etc/pki/tls/certs]\n",
+		valid + "networking:\n  podCIDR: none\n  dnsDomain: k8s.internal\n",
+		valid + "adoptedInputs:\n  etcd: " + digest + "\n",
+	}
+	for _, in := range good {
+		if _, err := Parse([]byte(in)); err != nil {
+			t.Errorf("refused: %v\n%s", err, in)
+		}
+	}
+	bad := []struct{ name, in, want string }{
+		{"order names no extra arg", valid + extra + "extraArgsOrder:\n  kube-apiserver: [v]\n", `extraArgsOrder.kube-apiserver[0]: "v" is not an extra arg`},
+		{"order twice", valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling, profiling]\n", `extraArgsOrder.kube-apiserver[1]: "profiling" is listed twice`},
+		{"ca dir relative", valid + "caCertDirs: [etc/pki]\n", "caCertDirs[0]: must be an absolute, clean path"},
+		{"ca dir ssl certs", valid + "caCertDirs: [/etc/ssl/certs]\n", "caCertDirs[0]: /etc/ssl/certs is always mounted"},
+		{"ca dir twice", valid + "caCertDirs: [/etc/pki, /etc/pki]\n", "caCertDirs[1]: /etc/pki is listed twice"},
+		{"ca dir takes a volume name", valid + "caCertDirs: [/k8s-certs]\n", `caCertDirs[0]: /k8s-certs would be mounted as volume "k8s-certs"`},
+		{"pod cidr word", valid + "networking:\n  podCIDR: nothing\n", `networking.podCIDR: must be a CIDR or "none"`},
+		{"dns domain", valid + "networking:\n  dnsDomain: Cluster_Local\n", "networking.dnsDomain"},
+		{"adopted digest", valid + "adoptedInputs:\n  etcd: abc\n", "adoptedInputs.etcd: must be a sha256 digest"},
+		{"adopted unknown component", valid + "adoptedInputs:\n  kube-vip: " + digest + "\n", "adoptedInputs.kube-vip: not a component this node runs"},
+	}
+	for _, c := range bad {
+		if _, err := Parse([]byte(c.in)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+	st, _ := Parse([]byte(valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling]\n"))
+	if got := st.ExtraArgOrder(KubeAPIServer); !reflect.DeepEqual(got, []string{"profiling", "event-ttl"}) {
+		t.Errorf("ExtraArgOrder = %v: want the listed one, then the rest by name", got)
+	}
+	if got := st.CACertMountDirs(); !reflect.DeepEqual(got, DefaultCACertDirs) {
+		t.Errorf("CACertMountDirs without caCertDirs = %v", got)
+	}
+}

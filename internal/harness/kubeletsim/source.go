@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ciq/stratum-upgrade/kubeletpod"
 )
 
 // MaxManifestSize is kubelet's limit on a static pod file; larger files are
@@ -25,7 +27,8 @@ type SourcePod struct {
 	// Key is namespace/name, name being metadata.name + "-" + node name.
 	Key string
 	// UID is metadata.uid when the file sets it, else a hash of the decoded
-	// pod, the node name and File.
+	// pod with kubelet's API defaults applied (kubeletpod.Defaulted), the
+	// node name and File.
 	UID string
 	// File is the path the pod was read from.
 	File string
@@ -88,7 +91,11 @@ func DecodePod(b []byte, file, nodeName string) (*SourcePod, error) {
 	}
 	uid := string(pod.UID)
 	if uid == "" {
-		canon, err := json.Marshal(&pod) // map keys sorted: key order and whitespace do not matter
+		// kubelet hashes the pod with API defaults applied
+		// (pkg/kubelet/config/common.go), so a field written out at its
+		// default value is no change; map keys are sorted, so key order
+		// and whitespace are none either.
+		canon, err := json.Marshal(kubeletpod.Defaulted(&pod))
 		if err != nil {
 			return nil, fmt.Errorf("%s: encode pod: %w", file, err)
 		}

@@ -1,6 +1,9 @@
 package kubeletsim
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestExpand(t *testing.T) {
 	vars := map[string]string{"A": "x", "EMPTY": ""}
@@ -40,10 +43,15 @@ func TestDecodePodUID(t *testing.T) {
 	if u := uid("\n# comment\n"+base+"\n\n", "/m/etcd.yaml", "n1"); u != u0 {
 		t.Errorf("whitespace and comments changed the UID")
 	}
+	// A field written out at its API default is the same pod to kubelet.
+	if u := uid(strings.Replace(base, "spec:\n", "spec:\n  restartPolicy: Always\n", 1), "/m/etcd.yaml", "n1"); u != u0 {
+		t.Errorf("restartPolicy: Always (the default) written out changed the UID")
+	}
 	for name, u := range map[string]string{
-		"annotation": uid(podYAML(podOpts{name: "etcd", annotations: map[string]string{"a": "2"}}), "/m/etcd.yaml", "n1"),
-		"file path":  uid(base, "/m/etcd.yaml.bak", "n1"),
-		"node name":  uid(base, "/m/etcd.yaml", "n2"),
+		"restart policy": uid(strings.Replace(base, "spec:\n", "spec:\n  restartPolicy: Never\n", 1), "/m/etcd.yaml", "n1"),
+		"annotation":     uid(podYAML(podOpts{name: "etcd", annotations: map[string]string{"a": "2"}}), "/m/etcd.yaml", "n1"),
+		"file path":      uid(base, "/m/etcd.yaml.bak", "n1"),
+		"node name":      uid(base, "/m/etcd.yaml", "n2"),
 	} {
 		if u == u0 {
 			t.Errorf("a change of %s kept the UID", name)

@@ -10,8 +10,10 @@
 // the Mode constants); the kubelet stand-in sets it from the image map, which
 // models an image's ENV layer, so an image tag selects a behaviour.
 //
-// kube-apiserver serves /livez, /readyz and /healthz; kube-controller-manager
-// and kube-scheduler serve /healthz; all over HTTPS with a self-signed
+// kube-apiserver and kube-scheduler serve /livez, /readyz and /healthz
+// (kubeadm probes the scheduler's /livez and /readyz since its server
+// installs them, cmd/kube-scheduler/app/server.go); kube-controller-manager
+// serves /healthz; all over HTTPS with a self-signed
 // certificate generated in memory at start, on 127.0.0.1 (or the loopback
 // address --bind-address names) and --secure-port (default: the upstream
 // port). kube-vip has no listener and runs until SIGTERM. Every other flag is
@@ -100,7 +102,7 @@ type Component struct {
 var Components = map[string]Component{
 	"kube-apiserver":          {DefaultPort: 6443, Paths: []string{"/livez", "/readyz", "/healthz"}},
 	"kube-controller-manager": {DefaultPort: 10257, Paths: []string{"/healthz"}},
-	"kube-scheduler":          {DefaultPort: 10259, Paths: []string{"/healthz"}},
+	"kube-scheduler":          {DefaultPort: 10259, Paths: []string{"/livez", "/readyz", "/healthz"}},
 	"kube-vip":                {},
 }
 

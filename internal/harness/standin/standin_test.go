@@ -113,7 +113,7 @@ func TestHealthyServesEveryEndpointAndRecordsFirst200(t *testing.T) {
 	for comp, paths := range map[string][]string{
 		"kube-apiserver":          {"/livez", "/readyz", "/healthz"},
 		"kube-controller-manager": {"/healthz"},
-		"kube-scheduler":          {"/healthz"},
+		"kube-scheduler":          {"/livez", "/readyz", "/healthz"},
 	} {
 		t.Run(comp, func(t *testing.T) {
 			p := start(t, comp)

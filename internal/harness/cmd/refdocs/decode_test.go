@@ -179,8 +179,10 @@ var defaults = map[string]string{
 	"pkiDir":                      "/etc/kubernetes/pki",
 	"kubeconfigDir":               "/etc/kubernetes",
 	"configDir":                   "/etc/kubernetes/stratum",
+	"caCertDirs":                  "",
 	"networking.serviceCIDR":      "10.96.0.0/12",
 	"networking.podCIDR":          "10.244.0.0/16",
+	"networking.dnsDomain":        "cluster.local",
 	"ports.etcdClient":            "2379",
 	"ports.etcdPeer":              "2380",
 	"ports.etcdMetrics":           "2381",
@@ -188,7 +190,9 @@ var defaults = map[string]string{
 	"ports.controllerManager":     "10257",
 	"ports.scheduler":             "10259",
 	"extraArgs":                   "",
+	"extraArgsOrder":              "",
 	"stopped":                     "",
+	"adoptedInputs":               "",
 }
 
 // parsed is the node state Parse makes of b, generically.

@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -110,11 +111,26 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 		"pkiDir":        {Required: "no", Default: "`" + nodestate.DefaultPKIDir + "`", Values: absPath},
 		"kubeconfigDir": {Required: "no", Default: "`" + nodestate.DefaultKubeconfigDir + "`", Values: absPath},
 		"configDir":     {Required: "no", Default: "`" + nodestate.DefaultConfigDir + "`", Values: absPath},
-		"networking":    {Required: "no", Default: "each field's default"},
+		"caCertDirs": {
+			Type:     "list of paths",
+			Required: "no",
+			Default:  "`" + strings.Join(nodestate.DefaultCACertDirs, "`, `") + "`",
+			Values: "absolute, clean paths, each once, not `/etc/ssl/certs` (always mounted, as `ca-certs`): the host's CA " +
+				"certificate directories mounted read-only into kube-apiserver and kube-controller-manager, each as a " +
+				"volume named after its path (`/etc/pki/ca-trust` is `etc-pki-ca-trust`). kubeadm mounts the ones of " +
+				"`/etc/pki/ca-trust`, `/etc/pki/tls/certs`, `/etc/ca-certificates`, `/usr/share/ca-certificates` and " +
+				"`/usr/local/share/ca-certificates` that exist on the host; `init --from-kubeadm` records what it mounted",
+		},
+		"networking": {Required: "no", Default: "each field's default"},
 		"networking.serviceCIDR": {Required: "no", Default: "`" + nodestate.DefaultServiceCIDR + "`",
 			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length"},
 		"networking.podCIDR": {Required: "no", Default: "`" + nodestate.DefaultPodCIDR + "`",
-			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length"},
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or `none`: the controller-manager " +
+				"allocates no node CIDRs (no `--allocate-node-cidrs`, `--cluster-cidr` or `--service-cluster-ip-range`), " +
+				"the network plugin does, as kubeadm renders a cluster without `networking.podSubnet`"},
+		"networking.dnsDomain": {Required: "no", Default: "`" + nodestate.DefaultDNSDomain + "`",
+			Values: "a lowercase DNS name: the cluster's DNS domain (kubeadm's `networking.dnsDomain`); the service " +
+				"account issuer is `https://kubernetes.default.svc.<dnsDomain>`"},
 		"ports":                   {Required: "no", Default: "each field's default (kubeadm's ports)"},
 		"ports.etcdClient":        portInfo(nodestate.DefaultEtcdClientPort),
 		"ports.etcdPeer":          portInfo(nodestate.DefaultEtcdPeerPort),
@@ -133,6 +149,15 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 				"component's binary at its version does not accept, or refuses beside another, is " +
 				"refused at render time ([versions.md](../versions.md#extra-args))",
 		},
+		"extraArgsOrder": {
+			Type:     "map of component to list of flag names",
+			Required: "no",
+			Default:  "none: the extra args follow the rendered flags sorted by name",
+			Values: "keys: components with extra args; each list names some of that component's `extraArgs`, each " +
+				"once. The extra args follow the rendered flags on the command line (one that replaces a rendered flag " +
+				"moves there too, as kubeadm's ArgumentsToCommand does) in this order, the unlisted ones after them by " +
+				"name. `init --from-kubeadm` records kubeadm's order, since kubelet sees a reordered command line as a new pod",
+		},
 		"stopped": {
 			Type:     "list of component names",
 			Required: "no",
@@ -140,6 +165,15 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 			Values: "components the node has (`kube-vip` only with `vip`), each once. Written by " +
 				"`stratum-upgrade stop` and `start` ([cli.md](../cli.md#stop-component----all---allow-control-plane-down)); " +
 				"`apply --state` refuses a file whose list differs from the node's",
+		},
+		"adoptedInputs": {
+			Type:     "map of component to string",
+			Required: "no",
+			Default:  "none: every pod carries the `stratum.ciq.com/inputs-sha256` annotation",
+			Values: "keys: components the node has; values: sha256 digests in hex (64 characters). " +
+				"Written by `stratum-upgrade init --from-kubeadm` ([adopting-kubeadm.md](../adopting-kubeadm.md)): " +
+				"while a component's start-only input files still hash to its digest, its pod is rendered " +
+				"without the annotation, as the adopted manifest had none, so adoption restarts nothing",
 		},
 	},
 }
