@@ -84,7 +84,7 @@ bench: ## performance benchmarks: one table, also written into docs/performance.
 demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a broken release rolled back (REAL=1: the real control plane, v1.36.3 -> v1.37.2, once make real-binaries built it)
 	CGO_ENABLED=0 GOFLAGS="$$($(GO) env GOFLAGS) -trimpath" $(GO) run ./internal/harness/cmd/demo -version $(VERSION) $(if $(REAL),-real)
 
-real-binaries: ## build every real etcd and Kubernetes control plane (kube-apiserver, -controller-manager, -scheduler) into the cache, timing each (about 11 minutes per Kubernetes version from a cold build cache)
+real-binaries: ## build every real etcd and Kubernetes control plane (kube-apiserver, -controller-manager, -scheduler), and each version's kubeadm, into the cache, timing each (about 11 minutes per Kubernetes version from a cold build cache; kubeadm about 30 s more each)
 	$(GO) run ./internal/harness/cmd/buildbins
 
 # make test runs the real-control-plane tests only when the binaries are in
