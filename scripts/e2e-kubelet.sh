@@ -42,7 +42,7 @@ start=$(date +%s)
 if [ "$mode" = e2e ]; then
 	# The real-control-plane scenarios run these binaries; built here, outside
 	# the test's timeout (buildbins prints each build's time, 0 when cached).
-	go run ./internal/harness/cmd/buildbins
+	go run ./internal/harness/cmd/buildbins -kubeadm=false
 	echo "e2e-kubelet: real binaries ready after $(( $(date +%s) - start ))s"
 fi
 log=$(mktemp /tmp/e2e-kubelet-XXXXXX.log)

@@ -30,8 +30,12 @@ type Tool struct {
 	Binaries []string
 	// LDFlags is passed as -ldflags when set.
 	LDFlags string
-	// Version is what `<binary> --version` must print, for each binary.
+	// Version is what `<binary> --version` must print, for each binary
+	// (it must contain it).
 	Version string
+	// VersionArgs replace --version for the binaries they name: kubeadm
+	// prints its version for `version -o short`, and refuses --version.
+	VersionArgs map[string][]string
 	// Timeout bounds the go build.
 	Timeout time.Duration
 }
@@ -111,12 +115,16 @@ func (t Tool) Build(ctx context.Context) (built bool, err error) {
 	}
 	for _, b := range t.Binaries {
 		p := filepath.Join(tmp, b)
-		v, err := exec.Command(p, "--version").CombinedOutput()
+		vargs := []string{"--version"}
+		if a, ok := t.VersionArgs[b]; ok {
+			vargs = a
+		}
+		v, err := exec.Command(p, vargs...).CombinedOutput()
 		if err != nil {
-			return false, fmt.Errorf("built %s %s does not run: %w\n%s", t.Name, b, err, v)
+			return false, fmt.Errorf("built %s %s does not run (%s %s): %w\n%s", t.Name, b, b, strings.Join(vargs, " "), err, v)
 		}
 		if !strings.Contains(string(v), t.Version) {
-			return false, fmt.Errorf("built %s %s reports %q, want %q", t.Name, b, strings.TrimSpace(string(v)), t.Version)
+			return false, fmt.Errorf("built %s %s reports %q for %s, want %q", t.Name, b, strings.TrimSpace(string(v)), strings.Join(vargs, " "), t.Version)
 		}
 	}
 	for _, b := range t.Binaries {

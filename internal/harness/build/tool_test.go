@@ -11,7 +11,8 @@ import (
 )
 
 // toolModule writes a module with two main packages, one and two, each
-// printing "tiny <version>" for --version, version set by -ldflags.
+// printing "tiny <version>" for --version, version set by -ldflags, and a
+// third, three, that prints it only for `version` (as kubeadm does).
 func toolModule(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -29,7 +30,39 @@ func toolModule(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	three := "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nvar version = \"unset\"\n\n" +
+		"func main() {\n\tif len(os.Args) > 1 && os.Args[1] == \"version\" {\n\t\tfmt.Println(\"tiny \" + version)\n\t\treturn\n\t}\n\tos.Exit(3)\n}\n"
+	if err := os.MkdirAll(filepath.Join(dir, "three"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "three", "main.go"), []byte(three), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return dir
+}
+
+func TestToolVersionArgs(t *testing.T) {
+	mod := toolModule(t)
+	tool := Tool{
+		Name: "tiny v3", Dir: filepath.Join(t.TempDir(), "tiny-v3"), ModuleDir: mod,
+		Packages: []string{"./one", "./three"}, Binaries: []string{"one", "three"},
+		LDFlags: "-X main.version=v3", Version: "tiny v3", Timeout: 2 * time.Minute,
+	}
+	// three exits 3 for --version: without VersionArgs the check refuses it.
+	if _, err := tool.Build(context.Background()); err == nil || !strings.Contains(err.Error(), "three does not run (three --version)") {
+		t.Fatalf("Build without VersionArgs = %v, want three refused for --version", err)
+	}
+	if ok, _ := tool.Built(); ok {
+		t.Fatal("a refused build left its binaries in place")
+	}
+	tool.VersionArgs = map[string][]string{"three": {"version"}}
+	if built, err := tool.Build(context.Background()); err != nil || !built {
+		t.Fatalf("Build with VersionArgs = %v, %v", built, err)
+	}
+	out, err := exec.Command(tool.Paths()["three"], "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "tiny v3" {
+		t.Fatalf("three version = %q, %v", out, err)
+	}
 }
 
 func TestToolBuildsOnceInOneGoBuild(t *testing.T) {

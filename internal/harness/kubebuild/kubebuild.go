@@ -8,7 +8,9 @@
 // The binaries of a version live at <cache>/kube-<version>/<component>,
 // where <cache> is build.CacheDir. The three are built by one go build, so
 // the packages they share compile once; see build.Tool for the lock and
-// the rename into place.
+// the rename into place. A version's kubeadm and its helper programs
+// (KubeadmTools) are a cache entry of their own, <cache>/kubeadm-<version>/
+// (KubeadmTool), so that adding them invalidated no control-plane build.
 package kubebuild
 
 import (

@@ -56,27 +56,68 @@ func TestBinaries(t *testing.T) {
 	}
 }
 
-// TestFlagdumpsIdentical: every tool module holds its own copy of flagdump
-// (a module cannot import a package of another without a module
-// dependency on it, and each must build against its own Kubernetes). The
-// copies must not drift: a fix to one is a fix to all.
-func TestFlagdumpsIdentical(t *testing.T) {
-	var first, firstDir string
+// TestToolProgramsIdentical: every tool module holds its own copy of flagdump,
+// kubeletuid and kubeadmetcd (a module cannot import a package of another
+// without a module dependency on it, and each must build against its own
+// Kubernetes). The copies must not drift: a fix to one is a fix to all.
+func TestToolProgramsIdentical(t *testing.T) {
+	for _, prog := range []string{"flagdump", "kubeletuid", "kubeadmetcd"} {
+		var first, firstDir string
+		for _, v := range Versions {
+			tool, err := Tool(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(tool.ModuleDir, prog, "main.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if firstDir == "" {
+				first, firstDir = string(b), tool.ModuleDir
+				continue
+			}
+			if string(b) != first {
+				t.Errorf("%s/%s/main.go differs from %s/%s/main.go: copy the fixed one over the other", tool.ModuleDir, prog, firstDir, prog)
+			}
+		}
+	}
+}
+
+// TestKubeadmBinaries checks each version's kubeadm build: its own cache
+// entry beside the control plane's, every program reporting the version.
+// STRATUM_REAL=1 builds a missing one (about a minute once the control
+// plane is built), otherwise a version not built is skipped.
+func TestKubeadmBinaries(t *testing.T) {
 	for _, v := range Versions {
-		tool, err := Tool(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(tool.ModuleDir, "flagdump", "main.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if firstDir == "" {
-			first, firstDir = string(b), tool.ModuleDir
-			continue
-		}
-		if string(b) != first {
-			t.Errorf("%s/flagdump/main.go differs from %s/flagdump/main.go: copy the fixed one over the other", tool.ModuleDir, firstDir)
-		}
+		t.Run(v, func(t *testing.T) {
+			tool, err := KubeadmTool(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, err := Tool(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if filepath.Base(tool.Dir) != "kubeadm-"+v || filepath.Dir(tool.Dir) != filepath.Dir(cp.Dir) {
+				t.Fatalf("kubeadm cache entry %s, want kubeadm-%s beside %s", tool.Dir, v, cp.Dir)
+			}
+			if !KubeadmBuilt(v) && os.Getenv("STRATUM_REAL") == "" {
+				t.Skipf("kubeadm %s not built: STRATUM_REAL=1 to build it here", v)
+			}
+			bins, err := KubeadmBinaries(context.Background(), v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bins["kubeadm"], "version", "-o", "short").CombinedOutput()
+			if err != nil || strings.TrimSpace(string(out)) != v {
+				t.Errorf("kubeadm version -o short = %q, %v", out, err)
+			}
+			for _, p := range []string{"kubeletuid", "kubeadmetcd"} {
+				out, err := exec.Command(bins[p], "--version").CombinedOutput()
+				if err != nil || strings.TrimSpace(string(out)) != "Kubernetes "+v {
+					t.Errorf("%s --version = %q, %v", p, out, err)
+				}
+			}
+		})
 	}
 }

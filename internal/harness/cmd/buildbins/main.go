@@ -1,8 +1,9 @@
 // Command buildbins builds every real binary the test bed can run, each
 // etcd of etcdbuild.Builds and the Kubernetes control plane of each
-// kubebuild.Versions, into the cache (build.CacheDir), printing how long
-// each took; a build already cached takes no time. make real-binaries runs
-// it.
+// kubebuild.Versions, and each version's kubeadm (kubebuild.KubeadmTool,
+// for the kubeadm fixtures' check), into the cache (build.CacheDir),
+// printing how long each took; a build already cached takes no time. make
+// real-binaries runs it.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 func main() {
 	etcd := flag.Bool("etcd", true, "build every etcd")
 	kube := flag.Bool("kube", true, "build every Kubernetes version")
+	kubeadm := flag.Bool("kubeadm", true, "build every Kubernetes version's kubeadm, kubeletuid and kubeadmetcd")
 	flag.Parse()
 	var tools []build.Tool
 	if *etcd {
@@ -34,6 +36,15 @@ func main() {
 	if *kube {
 		for _, v := range kubebuild.Versions {
 			t, err := kubebuild.Tool(v)
+			if err != nil {
+				fail(err)
+			}
+			tools = append(tools, t)
+		}
+	}
+	if *kubeadm {
+		for _, v := range kubebuild.Versions {
+			t, err := kubebuild.KubeadmTool(v)
 			if err != nil {
 				fail(err)
 			}

@@ -1,0 +1,106 @@
+package kubeadmgen
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestConfigFiles: every configuration has its file, which names the
+// version asked for and the configuration's node, and parses as the two
+// kubeadm documents; and every file is a configuration.
+func TestConfigFiles(t *testing.T) {
+	for _, c := range Configs {
+		b, err := c.File("v1.99.9")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		var kinds []string
+		for {
+			var doc struct {
+				APIVersion        string `yaml:"apiVersion"`
+				Kind              string `yaml:"kind"`
+				KubernetesVersion string `yaml:"kubernetesVersion"`
+				NodeRegistration  struct {
+					Name string `yaml:"name"`
+				} `yaml:"nodeRegistration"`
+			}
+			if err := dec.Decode(&doc); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", c.Name, err)
+			}
+			kinds = append(kinds, doc.Kind)
+			switch doc.Kind {
+			case "InitConfiguration":
+				if doc.NodeRegistration.Name != c.NodeName {
+					t.Errorf("%s: nodeRegistration.name %q, Config.NodeName %q", c.Name, doc.NodeRegistration.Name, c.NodeName)
+				}
+			case "ClusterConfiguration":
+				if doc.KubernetesVersion != "v1.99.9" {
+					t.Errorf("%s: kubernetesVersion %q, want the version asked for", c.Name, doc.KubernetesVersion)
+				}
+			}
+			if doc.APIVersion != "kubeadm.k8s.io/v1beta4" {
+				t.Errorf("%s: apiVersion %q", c.Name, doc.APIVersion)
+			}
+		}
+		if !slices.Equal(kinds, []string{"InitConfiguration", "ClusterConfiguration"}) {
+			t.Errorf("%s: documents %v", c.Name, kinds)
+		}
+		if len(c.HostDirs) == 0 {
+			t.Errorf("%s: no HostDirs", c.Name)
+		}
+	}
+	files, err := filepath.Glob("configs/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		if _, err := Lookup(name); err != nil {
+			t.Errorf("configs/%s.yaml is no configuration: %v", name, err)
+		}
+	}
+	if _, err := Lookup("nope"); err == nil || !strings.Contains(err.Error(), "known: defaults") {
+		t.Errorf("Lookup(nope) = %v, want an error listing the configurations", err)
+	}
+}
+
+func TestDiffFixtures(t *testing.T) {
+	write := func(dir string, files map[string]string) {
+		for name, body := range files {
+			p := filepath.Join(dir, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want, got := t.TempDir(), t.TempDir()
+	write(want, map[string]string{"kubeadm.yaml": "a", "manifests/etcd.yaml": "e", "manifests/kube-scheduler.yaml": "s"})
+	write(got, map[string]string{"kubeadm.yaml": "a", "manifests/etcd.yaml": "E", "kubelet-uids.json": "{}"})
+	diffs, err := DiffFixtures(want, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDiffs := []FileDiff{{"kubelet-uids.json", "extra"}, {"manifests/etcd.yaml", "differs"}, {"manifests/kube-scheduler.yaml", "missing"}}
+	if !slices.Equal(diffs, wantDiffs) {
+		t.Errorf("DiffFixtures = %q, want %q", diffs, wantDiffs)
+	}
+	if diffs, err := DiffFixtures(want, want); err != nil || diffs != nil {
+		t.Errorf("DiffFixtures of a fixture with itself = %q, %v", diffs, err)
+	}
+	if _, err := DiffFixtures(want, filepath.Join(got, "absent")); err == nil {
+		t.Error("DiffFixtures with a missing directory: no error")
+	}
+}
