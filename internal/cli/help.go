@@ -40,8 +40,11 @@ type commandConventions struct {
 }
 
 var conventionsOf = map[string]commandConventions{
-	"init": {group: "setup", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "state", placeholder: "FILE", example: `  # Import the node state and render every manifest (once per node).
+	"init": {group: "setup", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "state", placeholder: "FILE", or: "from-kubeadm", example: `  # Import the node state and render every manifest (once per node).
   stratum-upgrade init --state /etc/stratum/node.yaml
+  # Adopt a node kubeadm made: show what would be derived, then adopt it.
+  stratum-upgrade init --from-kubeadm --kubeadm-config /etc/kubernetes/kubeadm-config.yaml
+  stratum-upgrade init --from-kubeadm --kubeadm-config /etc/kubernetes/kubeadm-config.yaml --yes
   # Replace the node state, or move the node to kubelet's new staticPodPath.
   stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
 	"render": {group: "setup", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
@@ -174,10 +177,16 @@ func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder, or string) 
 		if or == "" {
 			return &ranError{cmdLineErrorf("%s: %s is required: the %s", cmd.Name(), usageText, what)}
 		}
-		if v, _ := cmd.Flags().GetString(or); v == "" {
-			return &ranError{cmdLineErrorf("%s: %s or --%s FILE is required: the %s, or the %s", cmd.Name(), usageText, or, what, cmd.Flags().Lookup(or).Usage)}
+		orFlag := cmd.Flags().Lookup(or)
+		if v := orFlag.Value.String(); v != "" && v != "false" {
+			return nil
 		}
-		return nil
+		if orFlag.Value.Type() == "bool" {
+			// A switch: its usage's first clause says what it does.
+			does, _, _ := strings.Cut(orFlag.Usage, ":")
+			return &ranError{cmdLineErrorf("%s: %s or --%s is required: the %s, or --%s to %s", cmd.Name(), usageText, or, what, or, does)}
+		}
+		return &ranError{cmdLineErrorf("%s: %s or --%s FILE is required: the %s, or the %s", cmd.Name(), usageText, or, what, orFlag.Usage)}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,7 +309,22 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "prepare.json", "resume", "--prepare")
 	n.su(ExitBusy, "", "plan", "--to", n.path("sched.yaml"))
 
-	for _, s := range []string{"audit.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
+	// init --from-kubeadm without --yes, on the real kubeadm's manifests.
+	kubeadm := filepath.Join(n.dir, "kubeadm-manifests")
+	fixture := filepath.Join("..", "..", "testdata", "kubeadm", "v1.37.2", "defaults")
+	if err := os.CopyFS(kubeadm, os.DirFS(filepath.Join(fixture, "manifests"))); err != nil {
+		t.Fatal(err)
+	}
+	adopt := n.su(ExitOK, "adopt.json", "init", "--from-kubeadm", "--manifest-dir", kubeadm, "--state-dir", filepath.Join(n.dir, "adopt-state"),
+		"--kubeadm-config", filepath.Join(fixture, "kubeadm.yaml"))
+	if r, _ := adopt[0]["restarts"].([]any); len(r) != 0 || len(adopt[0]["components"].([]any)) != 4 {
+		t.Errorf("adoption of kubeadm's manifests: %v", adopt[0])
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "adopt-state")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("init --from-kubeadm without --yes made the state directory: %v", err)
+	}
+
+	for _, s := range []string{"adopt.json", "audit.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
 		if !n.seen[s] {
 			t.Errorf("no output was checked against %s", s)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/kubeletpod"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -29,6 +30,12 @@ type renderPlan struct {
 	plan    *engine.Plan
 	live    []string
 	removes []string
+	// quiet are the changing components whose manifest on disk kubelet
+	// sees as the same pod as the render (kubeletpod.Same: only bytes,
+	// defaults or key order differ, as after adopting a kubeadm node):
+	// writing them restarts nothing, so they are written at once, never
+	// through a transaction that would wait for a replacement.
+	quiet []string
 	// noTxn says why no transaction can make the change: a manifest on
 	// disk is no pod a rollback could put back (engine.ErrUnrestorable),
 	// or a stray shadows a component (manifest.ErrShadowed). The plain
@@ -60,6 +67,10 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 	}
 	rp.plan = plan
 	for _, c := range plan.Changes {
+		if sameToKubelet(c.Before, c.After) {
+			rp.quiet = append(rp.quiet, c.Component)
+			continue
+		}
 		t, err := manifest.Target(st, c.Component)
 		if err != nil {
 			return nil, err
@@ -88,6 +99,17 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 		}
 		return g.printWrite(msg, store, res)
 	}
+	for _, c := range rp.plan.Changes {
+		if !slices.Contains(rp.quiet, c.Component) {
+			continue
+		}
+		// The same pod to kubelet: written now, outside the transaction,
+		// which would otherwise wait for a replacement that never comes.
+		if _, err := store.Put(c.Component, c.After); err != nil {
+			return err
+		}
+		g.log.Info("written: kubelet sees the same pod, nothing restarts", "component", c.Component)
+	}
 	if !g.json() {
 		fmt.Fprintf(g.stdout, "%s: the manifests of running components change (%s): one transaction, one component at a time with the waits (--all-at-once writes every manifest at once)\n", command, list(rp.live))
 	}
@@ -108,6 +130,21 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 		}
 	}
 	return nil
+}
+
+// sameToKubelet reports whether before, a manifest on disk, and after, its
+// render, are one pod to kubelet (kubeletpod.Same); false when either is
+// absent or does not decode.
+func sameToKubelet(before, after []byte) bool {
+	if before == nil {
+		return false
+	}
+	a, err := kubeletpod.Decode(before)
+	if err != nil {
+		return false
+	}
+	b, err := kubeletpod.Decode(after)
+	return err == nil && kubeletpod.Same(a, b)
 }
 
 // dryRun is init's and render's --dry-run against the manifest directory,
@@ -138,10 +175,16 @@ func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeStat
 	}
 	if rp.plan != nil {
 		how := "all at once (no component of them runs)"
+		if len(rp.quiet) > 0 {
+			how = "at once"
+		}
 		if len(rp.live) > 0 {
 			how = fmt.Sprintf("as one transaction, one component at a time with the waits (%s running)", list(rp.live))
 		}
 		fmt.Fprintf(w, "%s --dry-run: would write %s %s\n", command, list(rp.plan.Changed()), how)
+		if len(rp.quiet) > 0 {
+			fmt.Fprintf(w, "%s --dry-run: %s: kubelet sees the same pod in the render (only how it is written differs), so it is written at once and nothing restarts\n", command, list(rp.quiet))
+		}
 	}
 	if len(rp.removes) > 0 {
 		fmt.Fprintf(w, "%s --dry-run: would remove %s (not in the node's roster)\n", command, list(rp.removes))

@@ -19,6 +19,7 @@ import (
 func newInitCmd(g *globals) *cobra.Command {
 	var stateFile string
 	var force, dryRun, allAtOnce bool
+	var ad adoptFlags
 	cmd := &cobra.Command{
 		Use:   "init --state FILE",
 		Short: "Import a node state and render every manifest from it",
@@ -40,11 +41,29 @@ init imports the state, then changes those manifests as render does: one
 transaction, one component at a time with the waits, rolled back on failure
 (the imported state stays; render retries). --all-at-once writes them at once;
 --dry-run validates FILE and prints what would change, with a diff of each
-manifest, and writes nothing (no journal, no directory).`,
+manifest, and writes nothing (no journal, no directory).
+
+--from-kubeadm adopts a node kubeadm made, instead of --state FILE: it reads
+the manifests in the manifest directory (and kubeadm's configuration file with
+--kubeadm-config), derives the node state they run, and prints it with, per
+component, whether rendering it would make kubelet restart the component and
+why. Nothing is written without --yes. With --yes the state is imported and
+every manifest rewritten, which kubelet sees as the same pods: nothing
+restarts. Adoption that would restart a component is refused unless
+--allow-restart is given; then those components are replaced one at a time
+with the waits. An external etcd, a file in the directory that is not a
+component's manifest, or a manifest edited beyond what the state expresses is
+refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			if dryRun && allAtOnce {
 				return cmdLineErrorf("init: --dry-run and --all-at-once are exclusive")
+			}
+			if err := ad.check(stateFile, dryRun, allAtOnce); err != nil {
+				return err
+			}
+			if ad.fromKubeadm {
+				return g.adoptKubeadm(ad, force)
 			}
 			if dryRun {
 				return g.initDryRun(stateFile)
@@ -56,7 +75,10 @@ manifest, and writes nothing (no journal, no directory).`,
 	cmd.Flags().BoolVar(&force, "force", false, "replace the node state the journal already holds")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate FILE and print what init would change, with a diff of each manifest; write nothing")
 	cmd.Flags().BoolVar(&allAtOnce, "all-at-once", false, "write every changed manifest at once, without a transaction, even on a live node")
-	_ = cmd.MarkFlagRequired("state")
+	cmd.Flags().BoolVar(&ad.fromKubeadm, "from-kubeadm", false, "adopt a node kubeadm made: derive the node state from the manifests in the manifest directory (and --kubeadm-config), show what adopting would restart; with --yes, import it")
+	cmd.Flags().StringVar(&ad.configFile, "kubeadm-config", "", "with --from-kubeadm: kubeadm's configuration file (InitConfiguration/ClusterConfiguration/JoinConfiguration), cross-checked against the manifests")
+	cmd.Flags().BoolVar(&ad.yes, "yes", false, "with --from-kubeadm: import the derived node state and render it (without it, nothing is written)")
+	cmd.Flags().BoolVar(&ad.allowRestart, "allow-restart", false, "with --from-kubeadm --yes: adopt even when the render restarts components (each one at a time, with the waits)")
 	return cmd
 }
 
@@ -99,6 +121,14 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool) error {
 	if err != nil {
 		return err
 	}
+	return g.importState(st, stateFile, force, allAtOnce)
+}
+
+// importState is init's work once st is read from stateFile (or derived,
+// by init --from-kubeadm): the journal created, st imported, and the
+// manifest directory brought to its render, through a transaction where a
+// running component's manifest changes.
+func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool) error {
 	// Both directories are checked before either is created, and the
 	// manifest directory is created first: a bad one fails before the
 	// state directory and the journal exist.
@@ -123,8 +153,12 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool) error {
 	cur, err := j.NodeState()
 	switch {
 	case err == nil && !force:
+		replace := "init --force --state FILE"
+		if stateFile != "" {
+			replace = "init --force --state " + shellQuote(stateFile)
+		}
 		return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `%s` re-renders it, `%s` replaces it",
-			j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline("init --force --state "+shellQuote(stateFile)))
+			j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline(replace))
 	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
 		return err
 	}
