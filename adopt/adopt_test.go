@@ -140,7 +140,9 @@ func TestReadKubeadmRefuses(t *testing.T) {
 		{"external etcd (configuration)", func(t *testing.T, _, cfg string) {
 			edit(t, cfg, "etcd:\n  local:\n    dataDir: /srv/etcd/data\n", "etcd:\n  external:\n    endpoints: [https://10.0.0.50:2379]\n")
 		}, "external etcd"},
-		{"a stray file", func(t *testing.T, dir, _ string) { os.WriteFile(filepath.Join(dir, "haproxy.yaml"), []byte("x"), 0o600) }, "haproxy.yaml is not a control-plane component's manifest"},
+		{"a stray file", func(t *testing.T, dir, _ string) {
+			os.WriteFile(filepath.Join(dir, "haproxy.yaml"), []byte("x"), 0o600)
+		}, "haproxy.yaml is not a control-plane component's manifest"},
 		{"a symlink", func(t *testing.T, dir, _ string) {
 			p := filepath.Join(dir, "kube-scheduler.yaml")
 			os.Rename(p, p+".real")
