@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -61,4 +62,38 @@ func TestRestartOnDemoNode(t *testing.T) {
 		}
 	}
 	contains(t, "history", c.want(cli.ExitOK, "history"), " restart ")
+
+	// --output=json: run's JSON, one object a line: the step's events,
+	// then the result, committed with exit code 0.
+	out = c.want(cli.ExitOK, "restart", nodestate.Scheduler, "--output=json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var waits []string
+	for _, l := range lines[:len(lines)-1] {
+		var ev struct {
+			Phase, Step string
+			Component   *string
+			WaitingFor  *string
+		}
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || ev.Phase == "" {
+			t.Fatalf("restart --output=json: %q is no event (%v)", l, err)
+		}
+		if ev.WaitingFor != nil && ev.Component != nil && *ev.Component == nodestate.Scheduler {
+			waits = append(waits, *ev.WaitingFor)
+		}
+	}
+	joined := strings.Join(waits, "\n")
+	if !strings.Contains(joined, "kubelet to replace kube-scheduler") || !strings.Contains(joined, "kube-scheduler to answer https://") {
+		t.Errorf("restart --output=json: the scheduler's waits %q, want the replace and the answer", waits)
+	}
+	var res struct {
+		Outcome  string
+		ExitCode *int
+		Result   struct{ Planned []string }
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("restart --output=json: last line %q: %v", lines[len(lines)-1], err)
+	}
+	if res.Outcome != "committed" || res.ExitCode == nil || *res.ExitCode != 0 || !slices.Equal(res.Result.Planned, []string{nodestate.Scheduler}) {
+		t.Errorf("restart --output=json result: %+v, want committed, exit 0, kube-scheduler planned", res)
+	}
 }
