@@ -219,3 +219,44 @@ func TestApplyRollsBack(t *testing.T) {
 		t.Fatal("kube-apiserver's step never finished before the rollback: the test does not roll back a change that was made")
 	}
 }
+
+// TestApplyProfileSwitchRollsBack switches a running default node to the
+// cis profile in a state whose kube-scheduler cannot start (a bind address
+// the node does not have): the components the profile changes before the
+// scheduler are replaced, the scheduler's wait fails, and the transaction
+// rolls back to the manifests it began with; the journal's node state
+// keeps the default profile, and the same cis switch without the bad
+// address still plans its changes.
+func TestApplyProfileSwitchRollsBack(t *testing.T) {
+	f := newFixture(t, testbed.Options{})
+	st := f.node.State
+	to := cisState(t, st, filepath.Join(f.node.Root, "etc/stratum/profiles"))
+	good := to.Clone()
+	to.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"bind-address": "192.0.2.10"}}
+	before := f.manifests()
+	dl := testDeadlines
+	dl.Replace, dl.Active = 10*time.Second, 5*time.Second
+	res, err := f.engine(f.node.Scanner, dl).Apply(t.Context(), to, UpgradeOptions{})
+	if !errors.Is(err, ErrRolledBack) || res.Outcome != RolledBack {
+		t.Fatalf("apply of the failing cis state: %+v %v, want rolled back", res, err)
+	}
+	f.checkConverged(RolledBack, before)
+	got, err := f.j.NodeState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Profile != st.Profile {
+		t.Fatalf("the node state after the rollback has profile %+v, want the default %+v", got.Profile, st.Profile)
+	}
+	var sawAPIServer bool
+	for _, ev := range f.events {
+		sawAPIServer = sawAPIServer || ev.Step == "done" && ev.Component == nodestate.KubeAPIServer && ev.Phase == string(journal.PhaseApplying)
+	}
+	if !sawAPIServer {
+		t.Fatal("kube-apiserver's cis step never finished before the rollback: nothing of the switch was undone")
+	}
+	plan, err := f.e.PlanState(t.Context(), good, UpgradeOptions{})
+	if err != nil || !slices.Contains(plan.Changed(), nodestate.KubeAPIServer) {
+		t.Fatalf("the cis switch after the rollback: plan %v, %v; want kube-apiserver to change again", plan, err)
+	}
+}
