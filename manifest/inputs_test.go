@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,7 +196,7 @@ func TestInputsAbsentIsNotEmpty(t *testing.T) {
 func TestInputsDeterministic(t *testing.T) {
 	st := inputsNode(t)
 	a, b := inputHashes(t, st), inputHashes(t, st)
-	if !maps2Equal(a, b) {
+	if !maps.Equal(a, b) {
 		t.Fatalf("two loads of the same files: %v and %v", a, b)
 	}
 	in, err := LoadInputs(st)
@@ -215,18 +216,6 @@ func TestInputsDeterministic(t *testing.T) {
 	if in.hash(paths) != in.hash(rev) {
 		t.Fatal("the hash depends on the order of the paths")
 	}
-}
-
-func maps2Equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestInputsRefuseSymlink: a symlink where a start-only file belongs is an

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,7 +90,7 @@ func TestInitFromKubeadm(t *testing.T) {
 	if _, err := os.Stat(n.states); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("without --yes the state directory was made: %v", err)
 	}
-	if after := n.manifestBytes(t); !mapsEqual(before, after) {
+	if after := n.manifestBytes(t); !maps.Equal(before, after) {
 		t.Error("without --yes a manifest changed")
 	}
 
@@ -130,7 +131,7 @@ func TestInitFromKubeadmRefuses(t *testing.T) {
 	if _, err := os.Stat(n.states); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a refused adoption made the state directory: %v", err)
 	}
-	if after := n.manifestBytes(t); !mapsEqual(before, after) {
+	if after := n.manifestBytes(t); !maps.Equal(before, after) {
 		t.Error("a refused adoption changed a manifest")
 	}
 	for _, c := range []struct {
@@ -153,16 +154,4 @@ func TestInitFromKubeadmRefuses(t *testing.T) {
 	if !strings.Contains(stderr, "external etcd") {
 		t.Errorf("no etcd.yaml: %s", stderr)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
