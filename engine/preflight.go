@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
@@ -113,11 +114,27 @@ func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *ver
 	if p.procs == nil {
 		return fail("etcd's health cannot be checked here (no process scanner): %s changes etcd, which is changed only while it answers", what)
 	}
-	if !p.procs.Active(ctx, t) {
-		return fail("etcd does not answer %s: %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then %s", t.Health, what, again)
+	if p.procs.Active(ctx, t) {
+		return nil
 	}
-	return nil
+	if !st.SingleMember() {
+		// A member of a multi-member cluster is briefly not ready while
+		// its cluster elects a leader: another node's etcd step moves the
+		// leadership off its member and stops it, and a run started on
+		// every node at once makes this check during exactly that. Wait
+		// out an election before refusing.
+		if err := p.procs.WaitActive(ctx, t, electionWait); err == nil {
+			return nil
+		}
+		return fail("etcd does not answer %s (waited %s, longer than a leader election takes): %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log, `etcdctl endpoint status --cluster`), then %s", t.Health, electionWait, what, again)
+	}
+	return fail("etcd does not answer %s: %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then %s", t.Health, what, again)
 }
+
+// electionWait bounds how long the EtcdHealth check of a multi-member
+// cluster's member waits for it to answer: etcd elects a leader within a
+// few election timeouts (1 s each by default).
+const electionWait = 10 * time.Second
 
 // settle splits the findings into failed and ignored ones, and returns the
 // refusal, or nil when every failure was ignored.

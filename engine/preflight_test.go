@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -154,5 +156,39 @@ func TestPreflightIgnoredJournaled(t *testing.T) {
 	}
 	if len(events) == 0 || events[0].Step != "preflight" || !strings.Contains(events[0].Message, "pre-flight check KubernetesDowngrade failed and is ignored") {
 		t.Fatalf("first event %+v, want the ignored check", events)
+	}
+}
+
+// electingEtcd is an etcd that does not answer the first look (its
+// cluster is electing a leader) and answers within the wait.
+type electingEtcd struct {
+	Processes
+	waited time.Duration
+}
+
+func (e *electingEtcd) Active(context.Context, proc.Target) bool { return false }
+func (e *electingEtcd) WaitActive(_ context.Context, _ proc.Target, d time.Duration) error {
+	e.waited = d
+	return nil
+}
+
+// EtcdHealth on a member of a multi-member cluster waits out a leader
+// election (another node's etcd step moves the leadership and stops its
+// member while this run plans): refusing at the first look failed a run
+// started on every node at once. A single member has no election to wait
+// for and is refused at once.
+func TestPreflightEtcdHealthWaitsOutAnElection(t *testing.T) {
+	_, _, _, st := planNode(t, "default-vip")
+	if !st.SingleMember() {
+		t.Fatal("test data: want a single-member node")
+	}
+	procs := &electingEtcd{}
+	pf := preflight{procs: procs, subject: "release v1.34.5"}
+	if f := pf.etcdHealth(t.Context(), st); f == nil || procs.waited != 0 {
+		t.Fatalf("single member: finding %v, waited %s; want refused at once", f, procs.waited)
+	}
+	st.Etcd.InitialCluster += ",node-2=https://10.0.0.2:2380,node-3=https://10.0.0.3:2380"
+	if f := pf.etcdHealth(t.Context(), st); f != nil || procs.waited != electionWait {
+		t.Fatalf("member of three: finding %v, waited %s; want healthy after waiting up to %s", f, procs.waited, electionWait)
 	}
 }
