@@ -86,9 +86,9 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 // renderLive brings the manifest directory to the render of st, the node
 // state journal j holds, for command (init or render): as one transaction
 // when rp says a running component's manifest changes (then WriteAll only
-// removes what left the roster), else every manifest at once; msg heads the
-// plain render's report.
-func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, msg string) error {
+// removes what left the roster), with opts's pre-flight checks, else every
+// manifest at once; msg heads the plain render's report.
+func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, opts engine.UpgradeOptions, msg string) error {
 	if rp == nil || len(rp.live) == 0 {
 		if rp != nil && rp.noTxn != nil {
 			g.log.Warn("no transaction can make this render: every manifest is written at once", "err", rp.noTxn)
@@ -114,7 +114,9 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 		fmt.Fprintf(g.stdout, "%s: the manifests of running components change (%s): one transaction, one component at a time with the waits (--all-at-once writes every manifest at once)\n", command, list(rp.live))
 	}
 	err := g.driveWith(j, command, func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
-		return e.Apply(ctx, st, engine.UpgradeOptions{})
+		res, err := e.Apply(ctx, st, opts)
+		g.preflightRefused(err)
+		return res, err
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -20,6 +21,7 @@ func newInitCmd(g *globals) *cobra.Command {
 	var stateFile string
 	var force, dryRun, allAtOnce bool
 	var ad adoptFlags
+	var ignore []string
 	cmd := &cobra.Command{
 		Use:   "init --state FILE",
 		Short: "Import a node state and render every manifest from it",
@@ -62,13 +64,17 @@ refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 			if err := ad.check(stateFile, dryRun, allAtOnce); err != nil {
 				return err
 			}
+			opts, err := upgradeOptions(ignore)
+			if err != nil {
+				return err
+			}
 			if ad.fromKubeadm {
-				return g.adoptKubeadm(ad, force)
+				return g.adoptKubeadm(ad, force, opts)
 			}
 			if dryRun {
 				return g.initDryRun(stateFile)
 			}
-			return g.runInit(stateFile, force, allAtOnce)
+			return g.runInit(stateFile, force, allAtOnce, opts)
 		}),
 	}
 	cmd.Flags().StringVar(&stateFile, "state", "", "node state file (YAML, kind NodeState)")
@@ -79,6 +85,7 @@ refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 	cmd.Flags().StringVar(&ad.configFile, "kubeadm-config", "", "with --from-kubeadm: kubeadm's configuration file (InitConfiguration/ClusterConfiguration/JoinConfiguration), cross-checked against the manifests")
 	cmd.Flags().BoolVar(&ad.yes, "yes", false, "with --from-kubeadm: import the derived node state and render it (without it, nothing is written)")
 	cmd.Flags().BoolVar(&ad.allowRestart, "allow-restart", false, "with --from-kubeadm --yes: adopt even when the render restarts components (each one at a time, with the waits)")
+	preflightFlag(cmd, &ignore)
 	return cmd
 }
 
@@ -116,19 +123,19 @@ func (g *globals) initDryRun(stateFile string) error {
 	return g.dryRun("init", st)
 }
 
-func (g *globals) runInit(stateFile string, force, allAtOnce bool) error {
+func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
 	}
-	return g.importState(st, stateFile, force, allAtOnce)
+	return g.importState(st, stateFile, force, allAtOnce, opts)
 }
 
 // importState is init's work once st is read from stateFile (or derived,
 // by init --from-kubeadm): the journal created, st imported, and the
 // manifest directory brought to its render, through a transaction where a
-// running component's manifest changes.
-func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool) error {
+// running component's manifest changes (with opts's pre-flight checks).
+func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
 	// Both directories are checked before either is created, and the
 	// manifest directory is created first: a bad one fails before the
 	// state directory and the journal exist.
@@ -174,7 +181,7 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 			return fmt.Errorf("init: the node state is imported but its render could not be planned (fix the cause, then run `%s`): %w", g.cmdline("render"), err)
 		}
 	}
-	if err := g.renderLive("init", j, store, st, rp, fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path())); err != nil {
+	if err := g.renderLive("init", j, store, st, rp, opts, fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path())); err != nil {
 		if rp != nil && len(rp.live) > 0 {
 			return err // the transaction's own outcome
 		}
@@ -185,6 +192,7 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 
 func newRenderCmd(g *globals) *cobra.Command {
 	var dryRun, allAtOnce bool
+	var ignore []string
 	cmd := &cobra.Command{
 		Use:   "render [--dry-run] [--all-at-once]",
 		Short: "Re-render every manifest from the persisted node state",
@@ -208,6 +216,10 @@ diff of each manifest, and writes nothing.`,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			if dryRun && allAtOnce {
 				return cmdLineErrorf("render: --dry-run and --all-at-once are exclusive")
+			}
+			opts, err := upgradeOptions(ignore)
+			if err != nil {
+				return err
 			}
 			j, err := g.openJournal(dryRun)
 			if err != nil {
@@ -234,11 +246,12 @@ diff of each manifest, and writes nothing.`,
 					return err
 				}
 			}
-			return g.renderLive("render", j, store, st, rp, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
+			return g.renderLive("render", j, store, st, rp, opts, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
 		}),
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, with a diff of each manifest; write nothing")
 	cmd.Flags().BoolVar(&allAtOnce, "all-at-once", false, "write every changed manifest at once, without a transaction, even on a live node")
+	preflightFlag(cmd, &ignore)
 	return cmd
 }
 
