@@ -295,7 +295,8 @@ func manifests(t *testing.T, dir string) map[string]string {
 }
 
 // TestInitForceRollsBack (issue 16 item 4): init --force of a new state on
-// a live node goes as apply --state does. A state whose scheduler cannot
+// a live node goes as apply --state does. A field apply refuses is refused
+// (exit 1), nothing imported or written. A state whose scheduler cannot
 // start rolls back (exit 3): the journal keeps the old node state, the
 // manifests are the old render byte for byte and every component runs;
 // init says nothing was imported. The same init --force of a state that
@@ -305,13 +306,32 @@ func TestInitForceRollsBack(t *testing.T) {
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 	before := manifests(t, n.ManifestDir)
 
+	// A field no transaction can change: refused, nothing imported.
+	moved := n.State.Clone()
+	moved.Etcd.DataDir += "-moved"
+	movedFile := filepath.Join(n.Root, "node-moved.yaml")
+	if err := moved.Save(movedFile); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := c.su("init", "--force", "--state="+movedFile)
+	if code != cli.ExitError {
+		t.Fatalf("init --force of a moved etcd.dataDir: exit %d, want %d\n%s%s", code, cli.ExitError, out, errOut)
+	}
+	contains(t, "init --force of a moved etcd.dataDir", errOut, "etcd.dataDir: ", "nothing is imported", "init --force --all-at-once --state "+movedFile)
+	if st := journalState(t, c); st.Etcd.DataDir != n.State.Etcd.DataDir {
+		t.Errorf("the refused init --force imported etcd.dataDir %s", st.Etcd.DataDir)
+	}
+	if after := manifests(t, n.ManifestDir); !maps.Equal(after, before) {
+		t.Error("the refused init --force changed the manifests")
+	}
+
 	bad := n.State.Clone()
 	bad.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"bind-address": "192.0.2.10"}}
 	badFile := filepath.Join(n.Root, "node-bad.yaml")
 	if err := bad.Save(badFile); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut := c.su("init", "--force", "--state="+badFile, "--active-timeout=5s")
+	code, out, errOut = c.su("init", "--force", "--state="+badFile, "--active-timeout=5s")
 	if code != cli.ExitRolledBack {
 		t.Fatalf("init --force of a failing state: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
 	}
