@@ -1,14 +1,17 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -259,4 +262,134 @@ func TestRenderLiveOnTestBed(t *testing.T) {
 	contains(t, "init --force", out, "init: the manifests of running components change (kube-scheduler)", "\ncommitted ")
 	contains(t, "manifest after init --force", readFile(t, sched), "- --v=3\n")
 	contains(t, "render --dry-run after", c.want(cli.ExitOK, "render", "--dry-run"), "nothing would change")
+}
+
+// journalState is the node state the journal in c's state directory holds,
+// read once the command that wrote it has exited.
+func journalState(t *testing.T, c *cliNode) *nodestate.NodeState {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	st, err := j.NodeState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// manifests is every file of dir by name, with its bytes.
+func manifests(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, e := range ents {
+		m[e.Name()] = readFile(t, filepath.Join(dir, e.Name()))
+	}
+	return m
+}
+
+// TestInitForceRollsBack (issue 16 item 4): init --force of a new state on
+// a live node goes as apply --state does. A field apply refuses is refused
+// (exit 1), nothing imported or written. A state whose scheduler cannot
+// start rolls back (exit 3): the journal keeps the old node state, the
+// manifests are as before (the old render, and a manifest kubelet sees as
+// the same pod as the render put back as it was) and every component runs;
+// init says nothing was imported. The same init --force of a state that
+// starts commits and makes it the journal's node state.
+func TestInitForceRollsBack(t *testing.T) {
+	n, c := startCLINode(t)
+	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+	// The controller manager's manifest differs from the render only in
+	// bytes kubelet ignores (a comment): init writes it at once, outside
+	// the transaction, and must put it back when the transaction does not
+	// commit.
+	kcm := filepath.Join(n.ManifestDir, "kube-controller-manager.yaml")
+	commented := "# edited by hand: kubelet sees the same pod\n" + readFile(t, kcm)
+	if err := os.WriteFile(kcm, []byte(commented), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := manifests(t, n.ManifestDir)
+
+	// A field no transaction can change: refused, nothing imported.
+	moved := n.State.Clone()
+	moved.Etcd.DataDir += "-moved"
+	movedFile := filepath.Join(n.Root, "node-moved.yaml")
+	if err := moved.Save(movedFile); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := c.su("init", "--force", "--state="+movedFile)
+	if code != cli.ExitError {
+		t.Fatalf("init --force of a moved etcd.dataDir: exit %d, want %d\n%s%s", code, cli.ExitError, out, errOut)
+	}
+	contains(t, "init --force of a moved etcd.dataDir", errOut, "etcd.dataDir: ", "nothing is imported", "init --force --all-at-once --state "+movedFile)
+	if st := journalState(t, c); st.Etcd.DataDir != n.State.Etcd.DataDir {
+		t.Errorf("the refused init --force imported etcd.dataDir %s", st.Etcd.DataDir)
+	}
+	if after := manifests(t, n.ManifestDir); !maps.Equal(after, before) {
+		t.Error("the refused init --force changed the manifests")
+	}
+
+	bad := n.State.Clone()
+	bad.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"bind-address": "192.0.2.10"}}
+	badFile := filepath.Join(n.Root, "node-bad.yaml")
+	if err := bad.Save(badFile); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = c.su("init", "--force", "--state="+badFile, "--active-timeout=5s")
+	if code != cli.ExitRolledBack {
+		t.Fatalf("init --force of a failing state: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
+	}
+	contains(t, "init --force output", out, "init: the manifests of running components change (kube-scheduler)",
+		"rolling back: kube-scheduler", "the node runs what it ran before")
+	contains(t, "init --force error", errOut, "nothing is imported: the journal keeps the node state of "+n.State.NodeName,
+		"run `stratum-upgrade init --force --state "+badFile)
+	if st := journalState(t, c); st.ExtraArgs[nodestate.Scheduler]["bind-address"] != "" {
+		t.Errorf("after the rollback the journal holds the new node state: %v", st.ExtraArgs)
+	}
+	// The old render: byte for byte but for the scheduler's restarted-at
+	// stamp, which the rollback renews (a new pod for kubelet).
+	after := manifests(t, n.ManifestDir)
+	if !slices.Equal(slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before))) {
+		t.Errorf("after the rollback the manifest directory holds %v, want %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
+	}
+	for _, comp := range manifest.NamesFor(n.State) {
+		b := after[comp+".yaml"]
+		if comp == nodestate.ControllerManager {
+			if b != commented {
+				t.Errorf("after the rollback the controller manager's manifest is not put back as it was:\n%s", b)
+			}
+			continue
+		}
+		if !manifest.MatchesRender(n.State, comp, []byte(b)) {
+			t.Errorf("after the rollback %s's manifest is not the old node state's render:\n%s", comp, b)
+		}
+		if comp != nodestate.Scheduler && b != before[comp+".yaml"] {
+			t.Errorf("the rollback changed %s's manifest, which the transaction did not write", comp)
+		}
+	}
+	if err := n.WaitActive(t.Context(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "render --dry-run after the rollback", c.want(cli.ExitOK, "render", "--dry-run"),
+		"render --dry-run: would write kube-controller-manager at once\n", "kube-controller-manager: kubelet sees the same pod in the render")
+
+	// A state that starts: committed, and the journal's node state.
+	next := n.State.Clone()
+	next.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"v": "3"}}
+	nextFile := filepath.Join(n.Root, "node-next.yaml")
+	if err := next.Save(nextFile); err != nil {
+		t.Fatal(err)
+	}
+	out = c.want(cli.ExitOK, "init", "--force", "--state="+nextFile)
+	contains(t, "init --force", out, "\ncommitted ")
+	if st := journalState(t, c); st.ExtraArgs[nodestate.Scheduler]["v"] != "3" {
+		t.Errorf("after the commit the journal does not hold the new node state: %v", st.ExtraArgs)
+	}
+	contains(t, "manifest after the commit", readFile(t, filepath.Join(n.ManifestDir, "kube-scheduler.yaml")), "- --v=3\n")
 }

@@ -37,10 +37,12 @@ func (c *cliNode) su(args ...string) (int, string, string) {
 		"--state-dir=" + c.stateDir,
 		"--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
 	}, args...)
-	if len(args) > 0 && slices.Contains([]string{"run", "apply", "restart", "stop", "start", "resume", "rollback"}, args[0]) {
-		// The transaction flags: only the commands that drive one take them.
-		argv = append(argv, "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
+	if len(args) > 0 && slices.Contains([]string{"init", "render", "run", "apply", "restart", "stop", "start", "resume", "rollback"}, args[0]) {
+		// The transaction flags: only the commands that drive one take
+		// them; one the test gives itself wins (it comes after these).
+		argv = append(argv[:3:3], "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
 			"--metrics-file="+c.metrics)
+		argv = append(argv, args...)
 	}
 	cmd := exec.Command("stratum-upgrade", argv...)
 	var stdout, stderr bytes.Buffer

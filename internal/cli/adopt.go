@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/ciq/stratum-upgrade/adopt"
+	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -56,7 +57,7 @@ func (a adoptFlags) check(stateFile string, dryRun, allAtOnce bool) error {
 var ErrAdoptRestarts = errors.New("adopting this node would restart components")
 
 // adoptKubeadm is init --from-kubeadm.
-func (g *globals) adoptKubeadm(a adoptFlags, force bool) error {
+func (g *globals) adoptKubeadm(a adoptFlags, force bool, opts engine.UpgradeOptions) error {
 	src, err := adopt.ReadKubeadm(g.manifestDir, a.configFile)
 	if err != nil {
 		return fmt.Errorf("init --from-kubeadm: %w", err)
@@ -84,7 +85,7 @@ func (g *globals) adoptKubeadm(a adoptFlags, force bool) error {
 		return fmt.Errorf("init --from-kubeadm: %w (%s; see why above); nothing written. `%s` adopts it anyway, replacing them one at a time with the waits",
 			ErrAdoptRestarts, strings.Join(restarts, ", "), g.cmdline(adoptCmdline(a, true)))
 	}
-	return g.importState(plan.State, "", force, false)
+	return g.importState(plan.State, "", force, false, opts)
 }
 
 // adoptCmdline is the command that adopts with a's configuration file.

@@ -9,7 +9,8 @@ import (
 )
 
 // Every transaction flag has a row under "## Transaction flags" giving its
-// default, is taken by exactly run, apply, restart, stop, start, resume and rollback, and every row of
+// default, is taken by exactly init, render, run, apply, restart, stop, start, resume and rollback
+// (init and render drive a transaction on a live node), and every row of
 // the table is one of them.
 func TestDocsTransactionFlags(t *testing.T) {
 	root := newRoot(&globals{})
@@ -21,8 +22,8 @@ func TestDocsTransactionFlags(t *testing.T) {
 				takers = append(takers, c.Name())
 			}
 		}
-		if !slices.Equal(takers, []string{"run", "apply", "restart", "stop", "start", "resume", "rollback"}) {
-			t.Errorf("--%s is taken by %v, want run, apply, restart, stop, start, resume and rollback", name, takers)
+		if !slices.Equal(takers, []string{"init", "render", "run", "apply", "restart", "stop", "start", "resume", "rollback"}) {
+			t.Errorf("--%s is taken by %v, want init, render, run, apply, restart, stop, start, resume and rollback", name, takers)
 		}
 		f := find(root, "run").Flags().Lookup(name)
 		cells, ok := rows[name]

@@ -40,14 +40,14 @@ type commandConventions struct {
 }
 
 var conventionsOf = map[string]commandConventions{
-	"init": {group: "setup", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "state", placeholder: "FILE", or: "from-kubeadm", example: `  # Import the node state and render every manifest (once per node).
+	"init": {group: "setup", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "state", placeholder: "FILE", or: "from-kubeadm", example: `  # Import the node state and render every manifest (once per node).
   stratum-upgrade init --state /etc/stratum/node.yaml
   # Adopt a node kubeadm made: show what would be derived, then adopt it.
   stratum-upgrade init --from-kubeadm --kubeadm-config /root/kubeadm-config.yaml
   stratum-upgrade init --from-kubeadm --kubeadm-config /root/kubeadm-config.yaml --yes
   # Replace the node state, or move the node to kubelet's new staticPodPath.
   stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
-	"render": {group: "setup", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
+	"render": {group: "setup", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
   stratum-upgrade render`},
 	"plan": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "to", placeholder: "RELEASE", or: "state", example: `  # Show what an upgrade would change; nothing is written.
   stratum-upgrade plan --to release-v1.34.5.yaml

@@ -86,9 +86,14 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 // renderLive brings the manifest directory to the render of st, the node
 // state journal j holds, for command (init or render): as one transaction
 // when rp says a running component's manifest changes (then WriteAll only
-// removes what left the roster), else every manifest at once; msg heads the
-// plain render's report.
-func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, msg string) error {
+// removes what left the roster), with opts's pre-flight checks, else every
+// manifest at once; msg heads the plain render's report. carried says that
+// j holds another node state, which the transaction replaces with st only
+// when it commits (init --force on a live node); then a transaction that
+// ends without committing, nothing left open, puts back the quiet
+// components' manifests as they were, so that the manifests stay the render
+// of the state the journal keeps.
+func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, opts engine.UpgradeOptions, carried bool, msg string) error {
 	if rp == nil || len(rp.live) == 0 {
 		if rp != nil && rp.noTxn != nil {
 			g.log.Warn("no transaction can make this render: every manifest is written at once", "err", rp.noTxn)
@@ -114,8 +119,13 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 		fmt.Fprintf(g.stdout, "%s: the manifests of running components change (%s): one transaction, one component at a time with the waits (--all-at-once writes every manifest at once)\n", command, list(rp.live))
 	}
 	err := g.driveWith(j, command, func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
-		return e.Apply(ctx, st, engine.UpgradeOptions{})
+		res, err := e.Apply(ctx, st, opts)
+		g.preflightRefused(err)
+		return res, err
 	})
+	if err != nil && carried {
+		g.putBackQuiet(j, store, rp)
+	}
 	if err != nil {
 		return err
 	}
@@ -130,6 +140,27 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 		}
 	}
 	return nil
+}
+
+// putBackQuiet writes back the manifests renderLive wrote outside a
+// transaction that did not commit, rp's quiet components, as they were on
+// disk before: kubelet sees the same pod either way, so nothing restarts.
+// Not while a transaction is open (interrupted, or its rollback failed):
+// its snapshot holds them as written, and resume or rollback finishes it.
+func (g *globals) putBackQuiet(j *journal.Journal, store *manifest.Store, rp *renderPlan) {
+	if open, err := j.OpenTxn(); err != nil || open != nil {
+		return
+	}
+	for _, c := range rp.plan.Changes {
+		if !slices.Contains(rp.quiet, c.Component) {
+			continue
+		}
+		if _, err := store.Put(c.Component, c.Before); err != nil {
+			g.log.Warn("the manifest written outside the transaction is not put back; kubelet sees the same pod", "component", c.Component, "err", err)
+			continue
+		}
+		g.log.Info("put back as it was: kubelet sees the same pod, nothing restarts", "component", c.Component)
+	}
 }
 
 // sameToKubelet reports whether before, a manifest on disk, and after, its

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -20,6 +21,7 @@ func newInitCmd(g *globals) *cobra.Command {
 	var stateFile string
 	var force, dryRun, allAtOnce bool
 	var ad adoptFlags
+	var ignore []string
 	cmd := &cobra.Command{
 		Use:   "init --state FILE",
 		Short: "Import a node state and render every manifest from it",
@@ -37,9 +39,13 @@ directory is left as it is: point kubelet's staticPodPath at NEW).
 
 On a live node (a manifest that would change belongs to a component whose
 processes run: manifests another tool wrote, or init --force of a new state),
-init imports the state, then changes those manifests as render does: one
-transaction, one component at a time with the waits, rolled back on failure
-(the imported state stays; render retries). --all-at-once writes them at once;
+init changes those manifests as render does: one transaction, one component at
+a time with the waits, rolled back on failure (exit 3, as run). init --force
+replaces the journal's node state only when that transaction commits, as apply
+--state does: after a rollback the journal keeps the old state, whose render
+the node runs, and a field no transaction can change is refused. Into a
+journal with no node state, the state is imported first and stays after a
+rollback (render retries). --all-at-once writes them at once;
 --dry-run validates FILE and prints what would change, with a diff of each
 manifest, and writes nothing (no journal, no directory).
 
@@ -62,13 +68,17 @@ refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 			if err := ad.check(stateFile, dryRun, allAtOnce); err != nil {
 				return err
 			}
+			opts, err := upgradeOptions(ignore)
+			if err != nil {
+				return err
+			}
 			if ad.fromKubeadm {
-				return g.adoptKubeadm(ad, force)
+				return g.adoptKubeadm(ad, force, opts)
 			}
 			if dryRun {
 				return g.initDryRun(stateFile)
 			}
-			return g.runInit(stateFile, force, allAtOnce)
+			return g.runInit(stateFile, force, allAtOnce, opts)
 		}),
 	}
 	cmd.Flags().StringVar(&stateFile, "state", "", "node state file (YAML, kind NodeState)")
@@ -79,6 +89,7 @@ refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 	cmd.Flags().StringVar(&ad.configFile, "kubeadm-config", "", "with --from-kubeadm: kubeadm's configuration file (InitConfiguration/ClusterConfiguration/JoinConfiguration), cross-checked against the manifests")
 	cmd.Flags().BoolVar(&ad.yes, "yes", false, "with --from-kubeadm: import the derived node state and render it (without it, nothing is written)")
 	cmd.Flags().BoolVar(&ad.allowRestart, "allow-restart", false, "with --from-kubeadm --yes: adopt even when the render restarts components (each one at a time, with the waits)")
+	preflightFlag(cmd, &ignore)
 	return cmd
 }
 
@@ -116,19 +127,19 @@ func (g *globals) initDryRun(stateFile string) error {
 	return g.dryRun("init", st)
 }
 
-func (g *globals) runInit(stateFile string, force, allAtOnce bool) error {
+func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
 	}
-	return g.importState(st, stateFile, force, allAtOnce)
+	return g.importState(st, stateFile, force, allAtOnce, opts)
 }
 
 // importState is init's work once st is read from stateFile (or derived,
 // by init --from-kubeadm): the journal created, st imported, and the
 // manifest directory brought to its render, through a transaction where a
-// running component's manifest changes.
-func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool) error {
+// running component's manifest changes (with opts's pre-flight checks).
+func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
 	// Both directories are checked before either is created, and the
 	// manifest directory is created first: a bad one fails before the
 	// state directory and the journal exist.
@@ -162,29 +173,79 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
 		return err
 	}
+	if err != nil {
+		cur = nil // none, or (--force) one that cannot be read: replaced
+	}
+	var rp *renderPlan
+	var planErr error
+	if !allAtOnce {
+		rp, planErr = g.planRender(store, st)
+	}
+	if cur != nil && (planErr != nil || rp != nil && len(rp.live) > 0) {
+		// A node state is replaced on a live node: the transaction
+		// carries st, and only its commit makes st the journal's node
+		// state (as apply --state). A rollback leaves the state the node
+		// runs, never one whose render it does not.
+		return g.replaceLive(j, store, cur, st, stateFile, rp, planErr, opts)
+	}
 	if err := j.PutNodeState(st); err != nil {
 		return err
 	}
 	if err := g.recordManifestDir(j); err != nil {
 		return err
 	}
-	var rp *renderPlan
-	if !allAtOnce {
-		if rp, err = g.planRender(store, st); err != nil {
-			return fmt.Errorf("init: the node state is imported but its render could not be planned (fix the cause, then run `%s`): %w", g.cmdline("render"), err)
-		}
+	if planErr != nil {
+		return fmt.Errorf("init: the node state is imported but its render could not be planned (fix the cause, then run `%s`): %w", g.cmdline("render"), planErr)
 	}
-	if err := g.renderLive("init", j, store, st, rp, fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path())); err != nil {
+	if err := g.renderLive("init", j, store, st, rp, opts, false, fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path())); err != nil {
 		if rp != nil && len(rp.live) > 0 {
-			return err // the transaction's own outcome
+			// The transaction's own outcome; the imported state stays (the
+			// journal held none before).
+			if errors.Is(err, engine.ErrRolledBack) {
+				return fmt.Errorf("init: %w; the imported node state stays in the journal: fix the cause, then run `%s`", err, g.cmdline("render"))
+			}
+			return err
 		}
 		return fmt.Errorf("init: the node state is imported but rendering failed (fix the cause, then run `%s`): %w", g.cmdline("render"), err)
 	}
 	return nil
 }
 
+// replaceLive is init --force of st over cur, the node state the journal
+// holds, where the render of st changes the manifest of a running
+// component: the transaction of renderLive applies st, and the journal
+// keeps cur until it commits. Nothing is imported when the render cannot
+// be planned (planErr) or a transaction cannot change cur to st.
+func (g *globals) replaceLive(j *journal.Journal, store *manifest.Store, cur, st *nodestate.NodeState, stateFile string, rp *renderPlan, planErr error, opts engine.UpgradeOptions) error {
+	again := "init --force --state FILE"
+	if stateFile != "" {
+		again = "init --force --state " + shellQuote(stateFile)
+	}
+	if planErr != nil {
+		return fmt.Errorf("init: the render of the node state could not be planned; nothing is imported, the journal keeps the node state of %s (%s) (fix the cause, then run `%s` again): %w", cur.NodeName, cur.KubernetesVersion, g.cmdline(again), planErr)
+	}
+	if err := engine.CheckStateChange(cur, st); err != nil {
+		return fmt.Errorf("init: the manifests of running components change (%s), so the new node state would go through a transaction, which cannot make this change; nothing is imported: %w; `%s` imports it and writes every manifest at once, without the waits or a rollback",
+			list(rp.live), err, g.cmdline(strings.Replace(again, "init --force", "init --force --all-at-once", 1)))
+	}
+	if err := g.recordManifestDir(j); err != nil {
+		return err
+	}
+	err := g.renderLive("init", j, store, st, rp, opts, true, "")
+	if errors.Is(err, engine.ErrRolledBack) {
+		return fmt.Errorf("init: %w; nothing is imported: the journal keeps the node state of %s (%s), whose render the node runs; fix the cause, then run `%s` again", err, cur.NodeName, cur.KubernetesVersion, g.cmdline(again))
+	}
+	if err != nil {
+		return err
+	}
+	// The commit made st the journal's node state; with nothing left to
+	// do (the manifests became its render meanwhile), it is imported here.
+	return j.PutNodeState(st)
+}
+
 func newRenderCmd(g *globals) *cobra.Command {
 	var dryRun, allAtOnce bool
+	var ignore []string
 	cmd := &cobra.Command{
 		Use:   "render [--dry-run] [--all-at-once]",
 		Short: "Re-render every manifest from the persisted node state",
@@ -208,6 +269,10 @@ diff of each manifest, and writes nothing.`,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			if dryRun && allAtOnce {
 				return cmdLineErrorf("render: --dry-run and --all-at-once are exclusive")
+			}
+			opts, err := upgradeOptions(ignore)
+			if err != nil {
+				return err
 			}
 			j, err := g.openJournal(dryRun)
 			if err != nil {
@@ -234,11 +299,12 @@ diff of each manifest, and writes nothing.`,
 					return err
 				}
 			}
-			return g.renderLive("render", j, store, st, rp, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
+			return g.renderLive("render", j, store, st, rp, opts, false, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
 		}),
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change, with a diff of each manifest; write nothing")
 	cmd.Flags().BoolVar(&allAtOnce, "all-at-once", false, "write every changed manifest at once, without a transaction, even on a live node")
+	preflightFlag(cmd, &ignore)
 	return cmd
 }
 
