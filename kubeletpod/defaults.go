@@ -19,8 +19,12 @@ import (
 // (it changes a quantity's representation, which kubelet's hash sees) and
 // the feature-gated ones (probe HTTP protocol, pod-level resources).
 //
-// Every rule here is pinned against the real kubelet's UID by the tests
-// (kubelet_uid_test.go).
+// The real kubelet's UID is the reference, in the tests of
+// internal/harness/kubeadmgen (make test-real): kubeletuid_test.go pins
+// kubelet's rule (a default written out or left out keeps the UID) on the
+// real kubelet code, and TestRealKubeletSameAgreesWithUID (adopt_test.go)
+// checks that Same, with these defaults, agrees with that UID on kubeadm's
+// manifests, respelled and changed.
 func Default(pod *corev1.Pod) {
 	spec := &pod.Spec
 	// SetDefaults_Pod: requests default to limits; a host-network pod's
