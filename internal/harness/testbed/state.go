@@ -27,6 +27,7 @@ type member struct {
 	ports          nodestate.Ports
 	initialCluster string
 	cas            *CAs
+	netns          *netns // Options.NetNSNode's node only
 }
 
 // name is the member's node name and etcd member name.
