@@ -42,7 +42,7 @@ func (c *cliNode) su(args ...string) (int, string, string) {
 		argv = append(argv, "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
 			"--metrics-file="+c.metrics)
 	}
-	cmd := exec.Command("stratum-upgrade", argv...)
+	cmd := c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
