@@ -106,8 +106,16 @@ func StartClusterContext(ctx context.Context, n int, opts Options) (*Cluster, er
 	peers := make([]string, n)
 	for i := range members {
 		m := &member{number: i + 1, address: address(i + 1), ports: nodePorts(ports[i*portsPerNode:]), cas: cas}
-		if i+1 == opts.NetNSNode {
+		switch {
+		case i+1 == opts.NetNSNode:
 			m.netns = c.netns
+		case opts.NetNSNode > 0:
+			// The nodes outside share the bridge, whose first address
+			// the kernel gives every connection they make (the local
+			// route of a secondary address has the primary as its
+			// source): etcd checks a peer's certificate against the
+			// address its connection comes from.
+			m.also = []string{address(firstOutside(opts.NetNSNode))}
 		}
 		members[i] = m
 		peers[i] = m.name() + "=" + EtcdURLAt(m.address, m.ports.EtcdPeer)
@@ -148,6 +156,15 @@ func StartClusterContext(ctx context.Context, n int, opts Options) (*Cluster, er
 	}
 	opts.Log.Info("testbed cluster up", "root", root, "nodes", n, "roster", manifest.NamesFor(c.Nodes[0].State))
 	return c, nil
+}
+
+// firstOutside is the number of the first node outside the namespace of
+// node self: the owner of the bridge's first (primary) address.
+func firstOutside(self int) int {
+	if self == 1 {
+		return 2
+	}
+	return 1
 }
 
 // orNil is c, or nil when no node was started (nothing to stop; the

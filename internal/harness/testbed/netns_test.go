@@ -2,7 +2,9 @@ package testbed
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,8 @@ import (
 )
 
 // TestClusterNetNS brings up three nodes, node 3 in its own network
-// namespace: the cluster forms across the veth, node 3's loopback
+// namespace: the cluster forms across the veth, no member refuses a
+// peer's connection, node 3's loopback
 // listeners answer from here through the forwarders, Cut leaves the other
 // two a quorum that commits while node 3 reaches nobody, Restore brings
 // node 3 up to date, and the cleanup removes the namespace and the
@@ -102,5 +105,20 @@ func TestClusterNetNS(t *testing.T) {
 	}
 	if err := c.Nodes[0].Cut(); err == nil {
 		t.Error("Cut of a node without a namespace: no error")
+	}
+	// Every member accepted every peer's connections: the nodes outside
+	// the namespace connect from the bridge's first address, which their
+	// certificates name.
+	for _, n := range c.Nodes {
+		logs, _ := filepath.Glob(filepath.Join(n.KubeletDir, "logs", "kube-system_etcd-*", "*.log"))
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := strings.Index(string(b), "rejected connection on peer endpoint"); i >= 0 {
+				t.Errorf("%s: %s", l, string(b)[i:min(len(b), i+400)])
+			}
+		}
 	}
 }

@@ -28,6 +28,8 @@ type member struct {
 	initialCluster string
 	cas            *CAs
 	netns          *netns // Options.NetNSNode's node only
+	// also are more IP SANs of the node's certificates (IssueNode).
+	also []string
 }
 
 // name is the member's node name and etcd member name.

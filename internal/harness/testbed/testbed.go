@@ -225,7 +225,7 @@ func bootNode(ctx context.Context, opts Options, m *member) (*Node, error) {
 		}
 	}
 	if m != nil {
-		err = m.cas.IssueNode(st.PKIDir, st.NodeName, st.AdvertiseAddress)
+		err = m.cas.IssueNode(st.PKIDir, st.NodeName, st.AdvertiseAddress, m.also...)
 	} else {
 		err = GeneratePKI(st.PKIDir, st.NodeName, st.AdvertiseAddress)
 	}
