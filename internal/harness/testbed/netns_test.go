@@ -59,10 +59,25 @@ func TestClusterNetNS(t *testing.T) {
 	if err := n3.Cut(); err != nil {
 		t.Fatal(err)
 	}
-	etcdclient.Put(t, c.Nodes[0], "/netns/cut", "2") // nodes 1 and 2 keep quorum
+	// Nodes 1 and 2 keep quorum; when node 3 led, a write waits for
+	// their election and may time out once ("possibly due to previous
+	// leader failure").
 	tlsCfg, err := c.EtcdTLS()
 	if err != nil {
 		t.Fatal(err)
+	}
+	one := etcdclient.New(t, c.Nodes[0])
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := one.Put(ctx, "/netns/cut", "2")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes 1 and 2 commit no write 30s after node 3 was cut off: %v", err)
+		}
+		t.Logf("put while node 3 is cut off: %v; again", err)
 	}
 	for _, ep := range []string{c.Endpoints()[2], n3.EtcdEndpoint()} {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: tlsCfg, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
