@@ -115,8 +115,10 @@ kubeadm-fixtures: ## rewrite testdata/kubeadm/<version>/<config>/ with the real 
 	$(GO) run ./internal/harness/cmd/kubeadmfixtures
 
 # The three-node tests of docs/ha.md (TestHA* in engine and the command):
-# make test skips them; their figures go into docs/performance.md.
-ha: ## three nodes of one real etcd cluster: concurrent runs serialize, a crash mid-transaction resumes, a rollback halts the rollout, the quorum gate; prints the availability figures (about 4 minutes)
+# make test skips them; their figures go into docs/performance.md. The
+# partition tests make a network namespace, a veth and a bridge (strat-ns,
+# strat-br0) with iproute2's ip, as root; they skip without.
+ha: ## three nodes of one real etcd cluster: concurrent runs serialize, a crash mid-transaction resumes, a rollback halts the rollout, the quorum gate, a node cut off in its etcd step (root, iproute2); prints the availability figures (about 9 minutes)
 	STRATUM_HA=1 $(GO) test -p 1 -count=1 -timeout 20m -json -run '^TestHA' ./engine ./cmd/stratum-upgrade \
 		| $(GO) run ./internal/harness/cmd/hafigures -doc docs/performance.md
 

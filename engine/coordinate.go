@@ -39,7 +39,7 @@ func (e *Engine) coordinated(ctx context.Context, st *nodestate.NodeState, kind,
 		Local: etcddata.Endpoint(st), Known: e.knownEndpoints(), Node: st.NodeName,
 		TTL: e.coord.TTL, Wait: e.coord.Wait, Log: e.log,
 		Waiting: func(h cluster.Holder) {
-			e.event(resume, "", "cluster-lock", "", "the rollout lock", fmt.Sprintf("waiting for node %s to finish its %s (it holds the rollout lock since %s)", h.Node, h.Kind, h.Since.Format(time.RFC3339)))
+			e.event(resume, "", "cluster-lock", "", "the rollout lock", waitingMessage(h))
 		},
 	})
 	if err != nil {
@@ -62,6 +62,17 @@ func (e *Engine) coordinated(ctx context.Context, st *nodestate.NodeState, kind,
 		}
 	}
 	return res, err
+}
+
+// waitingMessage says whom a node waits for. A lock whose holder has not
+// written who it is (it has just taken it; or it is another waiting node
+// that took the lock only to find the rollout still owned by a node cut
+// off or crashed, and lets go at once) has no node to name.
+func waitingMessage(h cluster.Holder) string {
+	if h.Node == "" {
+		return "waiting for the rollout lock (held by a node that has not said who it is yet)"
+	}
+	return fmt.Sprintf("waiting for node %s to finish its %s (it holds the rollout lock since %s)", h.Node, h.Kind, h.Since.Format(time.RFC3339))
 }
 
 // recordBegin records a new transaction as this node's open one. Should the

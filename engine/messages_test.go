@@ -2,7 +2,9 @@ package engine
 
 import (
 	"testing"
+	"time"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -44,5 +46,19 @@ func TestWriteMessage(t *testing.T) {
 		if got := writeMessage(c.p, "etcd", c.wrote); got != c.want {
 			t.Errorf("writeMessage(%s, %v) = %q, want %q", c.p, c.wrote, got, c.want)
 		}
+	}
+}
+
+// TestWaitingMessage: a waiting node names the holder, or, when the lock's
+// holder has not written who it is (another waiter holding it for a
+// moment, as seen while a node was cut off), says so instead of naming an
+// empty node at the zero time.
+func TestWaitingMessage(t *testing.T) {
+	since := time.Date(2026, 12, 4, 12, 31, 14, 0, time.UTC)
+	if got, want := waitingMessage(cluster.Holder{Node: "node-3", Kind: "upgrade", Since: since}), "waiting for node node-3 to finish its upgrade (it holds the rollout lock since 2026-12-04T12:31:14Z)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got, want := waitingMessage(cluster.Holder{}), "waiting for the rollout lock (held by a node that has not said who it is yet)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

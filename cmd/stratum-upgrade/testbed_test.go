@@ -44,7 +44,7 @@ func (c *cliNode) su(args ...string) (int, string, string) {
 			"--metrics-file="+c.metrics)
 		argv = append(argv, args...)
 	}
-	cmd := exec.Command("stratum-upgrade", argv...)
+	cmd := c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

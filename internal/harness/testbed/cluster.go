@@ -32,8 +32,10 @@ type Cluster struct {
 
 	// failing holds the numbers of the nodes that failed to come up or to
 	// stop, whose logs StartCluster's cleanup dumps.
-	mu       sync.Mutex
-	failing  map[int]bool
+	mu      sync.Mutex
+	failing map[int]bool
+	// netns is Options.NetNSNode's network, removed by Stop.
+	netns    *netns
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -89,14 +91,35 @@ func StartClusterContext(ctx context.Context, n int, opts Options) (*Cluster, er
 	if err != nil {
 		return nil, fmt.Errorf("testbed cluster: %w", err)
 	}
+	if opts.NetNSNode < 0 || opts.NetNSNode > n {
+		return nil, fmt.Errorf("testbed cluster: Options.NetNSNode %d: want 0 (none) or 1 to %d", opts.NetNSNode, n)
+	}
+	c := &Cluster{failing: map[int]bool{}}
+	address := NodeAddress
+	if opts.NetNSNode > 0 {
+		if c.netns, err = setupNetNS(n, opts.NetNSNode); err != nil {
+			return nil, err
+		}
+		address = NetNSAddress
+	}
 	members := make([]*member, n)
 	peers := make([]string, n)
 	for i := range members {
-		m := &member{number: i + 1, address: NodeAddress(i + 1), ports: nodePorts(ports[i*portsPerNode:]), cas: cas}
+		m := &member{number: i + 1, address: address(i + 1), ports: nodePorts(ports[i*portsPerNode:]), cas: cas}
+		switch {
+		case i+1 == opts.NetNSNode:
+			m.netns = c.netns
+		case opts.NetNSNode > 0:
+			// The nodes outside share the bridge, whose first address
+			// the kernel gives every connection they make (the local
+			// route of a secondary address has the primary as its
+			// source): etcd checks a peer's certificate against the
+			// address its connection comes from.
+			m.also = []string{address(firstOutside(opts.NetNSNode))}
+		}
 		members[i] = m
 		peers[i] = m.name() + "=" + EtcdURLAt(m.address, m.ports.EtcdPeer)
 	}
-	c := &Cluster{failing: map[int]bool{}}
 	for _, m := range members {
 		m.initialCluster = strings.Join(peers, ",")
 		o := opts
@@ -135,9 +158,22 @@ func StartClusterContext(ctx context.Context, n int, opts Options) (*Cluster, er
 	return c, nil
 }
 
-// orNil is c, or nil when no node was started (nothing to stop).
+// firstOutside is the number of the first node outside the namespace of
+// node self: the owner of the bridge's first (primary) address.
+func firstOutside(self int) int {
+	if self == 1 {
+		return 2
+	}
+	return 1
+}
+
+// orNil is c, or nil when no node was started (nothing to stop; the
+// network of Options.NetNSNode is removed).
 func (c *Cluster) orNil() *Cluster {
 	if len(c.Nodes) == 0 {
+		if c.netns != nil {
+			_ = c.netns.close()
+		}
 		return nil
 	}
 	return c
@@ -189,8 +225,9 @@ func (c *Cluster) EtcdTLS() (*tls.Config, error) {
 }
 
 // Stop stops every node at once (Node.Stop each, so a node already
-// stopped returns its first result) and returns every node's error, each
-// naming its node; a second call returns the first call's result.
+// stopped returns its first result), then removes the network of
+// Options.NetNSNode, and returns every error, each node's naming its node;
+// a second call returns the first call's result.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		errs := make([]error, len(c.Nodes))
@@ -204,6 +241,11 @@ func (c *Cluster) Stop() error {
 			})
 		}
 		wg.Wait()
+		if c.netns != nil {
+			if err := c.netns.close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		c.stopErr = errors.Join(errs...)
 	})
 	return c.stopErr

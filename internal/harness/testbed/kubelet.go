@@ -5,6 +5,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +50,7 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 		return fmt.Errorf("testbed: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, args...)
+	cmd := n.Command(bin, args...)
 	cmd.Env = []string{MarkerEnv + "=" + n.Root, "PATH=/usr/bin:/bin"}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = n.Root
@@ -62,6 +63,10 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 	c, err := kubeletsim.NewClient(n.KubeletDir, 30*time.Second)
 	if err != nil {
 		return err
+	}
+	if n.netns != nil {
+		// Its status endpoint is on the namespace's loopback.
+		c.HTTP.Transport = &http.Transport{DialContext: n.netns.dial, Proxy: nil}
 	}
 	n.Kubelet = c
 	return nil

@@ -73,9 +73,11 @@ func NewCAs() (*CAs, error) {
 // peer certificate of one is accepted by every other member, and a client
 // certificate of one by every node's etcd and apiserver. The serving
 // certificates carry advertise as an IP SAN when it is an IP address
-// (127.0.0.11 too; 127.0.0.1 and ::1 are always there). It refuses an
-// empty dir or node name and an advertise address that is not an IP.
-func (c *CAs) IssueNode(dir, nodeName, advertise string) error {
+// (127.0.0.11 too; 127.0.0.1 and ::1 are always there), and each of also
+// (addresses the node's connections may come from). It refuses an empty
+// dir or node name and an advertise address (or one of also) that is not
+// an IP.
+func (c *CAs) IssueNode(dir, nodeName, advertise string, also ...string) error {
 	if dir == "" || nodeName == "" {
 		return fmt.Errorf("pki: directory %q and node name %q must not be empty", dir, nodeName)
 	}
@@ -97,6 +99,15 @@ func (c *CAs) IssueNode(dir, nodeName, advertise string) error {
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	if !slices.ContainsFunc(ips, adv.Equal) {
 		ips = append(ips, adv)
+	}
+	for _, a := range also {
+		ip := net.ParseIP(a)
+		if ip == nil {
+			return fmt.Errorf("pki %s: address %q is not an IP address", dir, a)
+		}
+		if !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
 	}
 	dns := []string{"localhost", nodeName}
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}

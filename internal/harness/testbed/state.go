@@ -27,6 +27,9 @@ type member struct {
 	ports          nodestate.Ports
 	initialCluster string
 	cas            *CAs
+	netns          *netns // Options.NetNSNode's node only
+	// also are more IP SANs of the node's certificates (IssueNode).
+	also []string
 }
 
 // name is the member's node name and etcd member name.

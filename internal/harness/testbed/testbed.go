@@ -74,6 +74,13 @@ type Options struct {
 	// NoManifests starts the kubelet stand-in on an empty manifest
 	// directory and returns without writing or waiting.
 	NoManifests bool
+	// NetNSNode, StartCluster's only, runs node i (1..n; 0: none) in a
+	// network namespace of its own, NetNSName, which Node.Cut cuts off
+	// from the others (netns.go): every node's address is then
+	// NetNSAddress(i) on the bridge NetNSBridge, which the cluster's Stop
+	// removes with the namespace. Root and iproute2 (NetNSSupported);
+	// one such cluster at a time on a machine.
+	NetNSNode int
 
 	KubeletTimings bool
 	Relist         time.Duration // default 1s
@@ -134,6 +141,8 @@ type Node struct {
 	// kubeletBin and kubeletOpts start the stand-in again (Reboot).
 	kubeletBin  string
 	kubeletOpts Options
+	// netns is the node's network namespace (Options.NetNSNode).
+	netns *netns
 }
 
 // StartNode brings up a node: rewrites the state into the root, generates
@@ -145,6 +154,9 @@ type Node struct {
 func StartNode(ctx context.Context, opts Options) (*Node, error) {
 	if opts.MutateNode != nil {
 		return nil, errors.New("testbed: Options.MutateNode is StartCluster's; a single node takes Mutate")
+	}
+	if opts.NetNSNode != 0 {
+		return nil, errors.New("testbed: Options.NetNSNode is StartCluster's")
 	}
 	n, err := bootNode(ctx, opts, nil)
 	if err != nil || opts.NoManifests {
@@ -203,8 +215,17 @@ func bootNode(ctx context.Context, opts Options, m *member) (*Node, error) {
 		return nil, err
 	}
 	n.State = st
+	if m != nil && m.netns != nil {
+		n.netns = m.netns
+		// The loopback listeners, reached from here (netns.go).
+		for _, p := range []int{st.Ports.EtcdClient, st.Ports.EtcdMetrics, st.Ports.APIServer, st.Ports.ControllerManager, st.Ports.Scheduler} {
+			if err := n.netns.forward(p); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if m != nil {
-		err = m.cas.IssueNode(st.PKIDir, st.NodeName, st.AdvertiseAddress)
+		err = m.cas.IssueNode(st.PKIDir, st.NodeName, st.AdvertiseAddress, m.also...)
 	} else {
 		err = GeneratePKI(st.PKIDir, st.NodeName, st.AdvertiseAddress)
 	}
