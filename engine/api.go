@@ -190,14 +190,16 @@ func openTxnError(t *journal.Txn) error {
 
 // Resume continues the open transaction from its last durable step:
 // forwards while it was applying or verifying, backwards once it was rolling
-// back. With no open transaction it does nothing (Outcome Nothing).
+// back. With no open transaction it does nothing (Outcome Nothing), but
+// on a multi-member cluster it records the last transaction's end where
+// the cluster still shows it open (reconcileEnd).
 func (e *Engine) Resume(ctx context.Context) (Result, error) {
 	txn, err := e.j.OpenTxn()
 	if err != nil {
 		return Result{}, err
 	}
 	if txn == nil {
-		return Result{Outcome: Nothing}, nil
+		return e.reconcileEnd(ctx)
 	}
 	return e.driveOwn(ctx, txn, func() error {
 		e.event(txn.ID, txn.Phase, "resume", "", "", "resuming transaction "+txn.ID+" in phase "+string(txn.Phase))

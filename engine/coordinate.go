@@ -7,6 +7,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -138,4 +139,64 @@ func (e *Engine) saveEndpoints(eps []string) {
 	if err := cluster.SaveEndpoints(e.endpointsPath(), eps); err != nil {
 		e.log.Warn("could not keep the cluster's etcd endpoints", "err", err)
 	}
+}
+
+// reconcileEnd records in the cluster how this node's last transaction
+// ended, when the cluster still shows it open: the write of its end failed
+// (the link dropped, etcd lost quorum) after the journal had ended it, and
+// every other node waits for it while the cluster says so, and a rollback's
+// halt is missing. Resume calls it when no transaction is open. A single
+// member, a journal without a node state or an ended transaction, and a
+// cluster that already knows are nothing to do; a cluster it cannot reach
+// is a warning only, since the node itself needs nothing.
+func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
+	nothing := Result{Outcome: Nothing}
+	st, err := e.j.NodeState()
+	if errors.Is(err, journal.ErrNoState) {
+		return nothing, nil
+	}
+	if err != nil {
+		return nothing, err
+	}
+	if st.SingleMember() {
+		return nothing, nil
+	}
+	hist, err := e.j.History(1)
+	if err != nil {
+		return nothing, err
+	}
+	if len(hist) == 0 || !hist[0].Phase.Known() || hist[0].Phase.Open() {
+		return nothing, nil
+	}
+	last := hist[0]
+	c, err := cluster.Connect(ctx, cluster.Config{
+		Local: etcddata.Endpoint(st), Known: e.knownEndpoints(), Node: st.NodeName,
+		TTL: e.coord.TTL, Wait: e.coord.Wait, Log: e.log,
+	})
+	if err != nil {
+		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)
+		return nothing, nil
+	}
+	defer c.Close()
+	p, err := c.Node(ctx, st.NodeName)
+	if err != nil {
+		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)
+		return nothing, nil
+	}
+	if p == nil || !p.Open() || p.Txn != last.ID {
+		return nothing, nil
+	}
+	h, err := c.Acquire(ctx, last.Kind, last.ID)
+	if err != nil {
+		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("the cluster still shows transaction %s open, which ended %s here; recording its end: %w", last.ID, last.Phase, err)
+	}
+	defer h.Release()
+	if err := h.Resumed(ctx, *p); err != nil {
+		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("recording the end of transaction %s in the cluster: %w", last.ID, err)
+	}
+	if err := h.End(ctx, string(last.Phase), last.Reason); err != nil {
+		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("recording the end of transaction %s in the cluster: %w", last.ID, err)
+	}
+	e.event(last.ID, last.Phase, "cluster-end", "", "", fmt.Sprintf("recorded in the cluster that transaction %s ended %s: the write had failed when it ended, and the other nodes waited for it", last.ID, last.Phase))
+	return Result{Outcome: Nothing, Txn: last.ID}, nil
 }

@@ -7,6 +7,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -301,4 +302,68 @@ func TestHAEtcdPointOfNoReturn(t *testing.T) {
 		t.Fatalf("rollout %+v: want halted by node-3, rollback-failed", v)
 	}
 	l.Check(t, "the last member's etcd step is the point of no return")
+}
+
+// TestHAResumeRecordsALostEnd: node-1's transaction rolls back, but the
+// write of its end to the cluster is lost (the link dropped just after its
+// journal ended it): the cluster still shows it open and no halt, so every
+// other node would wait for it. resume on node-1, with nothing open in its
+// journal, records the end and the halt; a second resume has nothing to do.
+func TestHAResumeRecordsALostEnd(t *testing.T) {
+	_, fs := haCluster(t)
+	dl := testDeadlines
+	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
+	fs[0].e = fs[0].engine(fs[0].node.Scanner, dl)
+	res, err := fs[0].e.Run(t.Context(), release(fs[0].node.State, false, nodestate.Scheduler, standin.ModeNeverListen), nil)
+	if res.Outcome != RolledBack {
+		t.Fatalf("node-1: %+v %v, want rolled back", res, err)
+	}
+	node := fs[0].node.State.NodeName
+
+	// The end as if its write had failed: the progress back to open, no halt.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	co, err := cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(fs[1].node.State), Node: fs[1].node.State.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	p, err := co.Node(ctx, node)
+	if err != nil || p == nil || p.Txn != res.Txn || p.Outcome != string(RolledBack) {
+		t.Fatalf("node-1's progress %+v %v: want %s rolled back", p, err, res.Txn)
+	}
+	p.Outcome, p.Phase = "", "rolling-back"
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := co.Client().Put(ctx, cluster.Prefix+"nodes/"+node, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := co.ClearHalt(ctx); err != nil || h == nil {
+		t.Fatalf("removing the halt: %+v %v", h, err)
+	}
+	if v := view(t, fs[1]); v.Halt != nil || !slices.ContainsFunc(v.Nodes, func(p cluster.Progress) bool { return p.Node == node && p.Open() }) {
+		t.Fatalf("set-up: %+v, want node-1 open and no halt", v)
+	}
+
+	res2, err := fs[0].e.Resume(t.Context())
+	if err != nil || res2.Outcome != Nothing || res2.Txn != res.Txn {
+		t.Fatalf("resume: %+v %v, want nothing to resume and the end of %s recorded", res2, err, res.Txn)
+	}
+	v := view(t, fs[1])
+	if v.Halt == nil || v.Halt.Node != node || v.Halt.Txn != res.Txn {
+		t.Fatalf("halt after resume: %+v, want node-1's %s", v.Halt, res.Txn)
+	}
+	for _, p := range v.Nodes {
+		if p.Node == node && (p.Open() || p.Outcome != string(RolledBack)) {
+			t.Fatalf("node-1's progress after resume: %+v, want rolled back", p)
+		}
+	}
+	if v.Holder != nil {
+		t.Fatalf("the lock is still held after resume: %+v", v.Holder)
+	}
+	if res3, err := fs[0].e.Resume(t.Context()); err != nil || res3.Outcome != Nothing || res3.Txn != "" {
+		t.Fatalf("second resume: %+v %v, want nothing at all", res3, err)
+	}
 }
