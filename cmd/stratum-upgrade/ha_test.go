@@ -6,6 +6,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -189,6 +190,22 @@ func TestHACrashMidStepResumes(t *testing.T) {
 	}
 	status := nodes[(first+1)%3].want(cli.ExitOK, "status", "--cluster")
 	contains(t, "status --cluster", status, "rollout lock: free", "node-1", "node-2", "node-3")
+	var rep struct {
+		Holder, Halt any
+		Nodes        []struct {
+			Node, Outcome string
+			Open          bool
+		}
+	}
+	js := nodes[first].want(cli.ExitOK, "status", "--cluster", "--output", "json")
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || rep.Holder != nil || rep.Halt != nil || len(rep.Nodes) != 3 {
+		t.Fatalf("status --cluster --output json: %+v %v, want three nodes, no holder, no halt:\n%s", rep, err, js)
+	}
+	for _, p := range rep.Nodes {
+		if p.Open || p.Outcome != "committed" {
+			t.Errorf("status --cluster --output json: %+v, want committed", p)
+		}
+	}
 	out = nodes[first].want(cli.ExitOK, "clear-halt")
 	contains(t, "clear-halt", out, "nothing to do: the rollout is not halted")
 }

@@ -57,8 +57,57 @@ func (g *globals) coordinator(ctx context.Context) (*cluster.Coordinator, error)
 
 // clusterReport is status --cluster's output.
 type clusterReport struct {
-	Endpoints []string      `json:"endpoints"`
-	View      *cluster.View `json:"rollout"`
+	Endpoints []string
+	View      *cluster.View
+}
+
+// clusterJSON is status --cluster --output json (docs/schemas/cluster.json):
+// every field always present; holder and halt are null when the lock is
+// free and the rollout is not halted. The cluster's own keys leave empty
+// fields out; this form does not.
+type clusterJSON struct {
+	Endpoints []string           `json:"endpoints"`
+	Revision  int64              `json:"revision"`
+	Holder    *cluster.Holder    `json:"holder"`
+	Halt      *haltJSON          `json:"halt"`
+	Nodes     []nodeProgressJSON `json:"nodes"`
+}
+
+type haltJSON struct {
+	Node    string    `json:"node"`
+	Txn     string    `json:"txn"`
+	Outcome string    `json:"outcome"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
+type nodeProgressJSON struct {
+	Node    string    `json:"node"`
+	Txn     string    `json:"txn"`
+	Kind    string    `json:"kind"`
+	Phase   string    `json:"phase"`
+	Open    bool      `json:"open"`
+	Outcome string    `json:"outcome"`
+	Reason  string    `json:"reason"`
+	To      string    `json:"to"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+}
+
+func (rep clusterReport) json() clusterJSON {
+	v := rep.View
+	out := clusterJSON{Endpoints: rep.Endpoints, Revision: v.Revision, Holder: v.Holder, Nodes: []nodeProgressJSON{}}
+	if out.Endpoints == nil {
+		out.Endpoints = []string{}
+	}
+	if h := v.Halt; h != nil {
+		out.Halt = &haltJSON{Node: h.Node, Txn: h.Txn, Outcome: h.Outcome, Reason: h.Reason, At: h.At}
+	}
+	for _, p := range v.Nodes {
+		out.Nodes = append(out.Nodes, nodeProgressJSON{Node: p.Node, Txn: p.Txn, Kind: p.Kind, Phase: p.Phase, Open: p.Open(),
+			Outcome: p.Outcome, Reason: p.Reason, To: p.To, Started: p.Started, Updated: p.Updated})
+	}
+	return out
 }
 
 func (g *globals) statusCluster() error {
@@ -69,7 +118,7 @@ func (g *globals) statusCluster() error {
 		}
 		rep := clusterReport{Endpoints: c.Endpoints(), View: v}
 		if g.json() {
-			return writeJSON(g.stdout, rep)
+			return writeJSON(g.stdout, rep.json())
 		}
 		rep.print(g.stdout)
 		return nil
