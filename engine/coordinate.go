@@ -36,13 +36,11 @@ func (e *Engine) coordinated(ctx context.Context, st *nodestate.NodeState, kind,
 	if st.SingleMember() {
 		return f()
 	}
-	c, err := cluster.Connect(ctx, cluster.Config{
-		Local: etcddata.Endpoint(st), Known: e.knownEndpoints(), Node: st.NodeName,
-		TTL: e.coord.TTL, Wait: e.coord.Wait, Log: e.log,
-		Waiting: func(h cluster.Holder) {
-			e.event(resume, "", "cluster-lock", "", "the rollout lock", waitingMessage(h))
-		},
-	})
+	cfg := e.clusterConfig(st)
+	cfg.Waiting = func(h cluster.Holder) {
+		e.event(resume, "", "cluster-lock", "", "the rollout lock", waitingMessage(h))
+	}
+	c, err := cluster.Connect(ctx, cfg)
 	if err != nil {
 		return Result{Txn: resume}, err
 	}
@@ -74,6 +72,15 @@ func waitingMessage(h cluster.Holder) string {
 		return "waiting for the rollout lock (held by a node that has not said who it is yet)"
 	}
 	return fmt.Sprintf("waiting for node %s to finish its %s (it holds the rollout lock since %s)", h.Node, h.Kind, h.Since.Format(time.RFC3339))
+}
+
+// clusterConfig is how this node, of state st, reaches its cluster: its
+// own member first, then the endpoints the last coordination kept.
+func (e *Engine) clusterConfig(st *nodestate.NodeState) cluster.Config {
+	return cluster.Config{
+		Local: etcddata.Endpoint(st), Known: e.knownEndpoints(), Node: st.NodeName,
+		TTL: e.coord.TTL, Wait: e.coord.Wait, Log: e.log,
+	}
 }
 
 // recordBegin records a new transaction as this node's open one. Should the
@@ -169,10 +176,7 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 		return nothing, nil
 	}
 	last := hist[0]
-	c, err := cluster.Connect(ctx, cluster.Config{
-		Local: etcddata.Endpoint(st), Known: e.knownEndpoints(), Node: st.NodeName,
-		TTL: e.coord.TTL, Wait: e.coord.Wait, Log: e.log,
-	})
+	c, err := cluster.Connect(ctx, e.clusterConfig(st))
 	if err != nil {
 		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)
 		return nothing, nil
