@@ -56,11 +56,12 @@ func HasListener(t Target) bool { return t.Health != "" }
 // less if ctx ends sooner). Without one: Running. Any failure, an unreadable
 // /proc included, is false; WaitActive reports why.
 func (s *Scanner) Active(ctx context.Context, t Target) bool {
-	return s.answer(ctx, t) == nil
+	return s.answer(ctx, t, nil) == nil
 }
 
-// answer is Active with the reason it is false.
-func (s *Scanner) answer(ctx context.Context, t Target) error {
+// answer is Active with the reason it is false; q, when not nil, is where
+// the health request waits.
+func (s *Scanner) answer(ctx context.Context, t Target, q *quiet) error {
 	if !HasListener(t) {
 		ok, err := s.Running(t)
 		if err != nil {
@@ -71,15 +72,16 @@ func (s *Scanner) answer(ctx context.Context, t Target) error {
 		}
 		return nil
 	}
-	if err := probe(ctx, t.Health); err != nil {
+	if err := probe(ctx, q, t.Health); err != nil {
 		return describeProbe(t.Health, err)
 	}
 	return nil
 }
 
 // probe makes one health request to url: nil for a 2xx answer, otherwise
-// the failure, with an excerpt of the body of a non-2xx answer.
-func probe(ctx context.Context, url string) error {
+// the failure, with an excerpt of the body of a non-2xx answer. It waits
+// in q, or in a quiet of its own when q is nil.
+func probe(ctx context.Context, q *quiet, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -87,12 +89,19 @@ func probe(ctx context.Context, url string) error {
 		return fmt.Errorf("health endpoint %q: %w", url, err)
 	}
 	var resp *http.Response
-	if ap, ok := directAddr(req.URL); ok {
+	ap, direct := directAddr(req.URL)
+	if direct && q == nil {
+		if q, err = newQuiet(); err == nil {
+			defer q.close()
+		}
+		direct = err == nil
+	}
+	if direct {
 		// The endpoints kubeadm renders (127.0.0.1, an advertise address):
 		// on a socket of its own, without http.Client's goroutines.
 		dl, _ := ctx.Deadline()
 		var release func()
-		if resp, release, err = directProbe(ctx, req, ap, dl); err != nil {
+		if resp, release, err = directProbe(ctx, q, req, ap, dl); err != nil {
 			return err
 		}
 		defer release()
@@ -172,8 +181,15 @@ func (s *Scanner) WaitActive(ctx context.Context, t Target, timeout time.Duratio
 		// No health endpoint (kube-vip): running is all there is to see.
 		we.Awaited, we.Failed, we.Advice = t.Name+" to run", t.Name+" did not start running", kubeletLog
 	}
+	// One quiet for the whole wait: its pauses and its probes' waits.
+	pause := sleep
+	q, err := newQuiet()
+	if err == nil {
+		defer q.close()
+		pause = q.sleep
+	}
 	return waitFor(ctx, we, timeout, func(ctx context.Context) (bool, error) {
-		err := s.answer(ctx, t)
+		err := s.answer(ctx, t, q)
 		return err == nil, err
-	}, activePacer(), sleep)
+	}, activePacer(), pause)
 }

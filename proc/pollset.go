@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,6 +22,7 @@ import (
 // instance of its own, which the runtime's poller watches like a socket:
 // it is readable while one of its descriptors is.
 type pollSet struct {
+	fd int // the epoll instance, owned by f
 	f  *os.File
 	rc syscall.RawConn
 	ev []unix.EpollEvent
@@ -49,7 +51,7 @@ func newPollSet() (*pollSet, error) {
 		f.Close()
 		return nil, fmt.Errorf("poll set: %w", err)
 	}
-	return &pollSet{f: f, rc: rc, ev: make([]unix.EpollEvent, 8)}, nil
+	return &pollSet{fd: fd, f: f, rc: rc, ev: make([]unix.EpollEvent, 8)}, nil
 }
 
 // add watches fd for readability; wait reports it as key.
@@ -99,7 +101,7 @@ func (p *pollSet) wait(ctx context.Context, deadline time.Time) ([]int32, error)
 	)
 	err := p.rc.Read(func(ep uintptr) bool {
 		for {
-			n, werr = unix.EpollWait(int(ep), p.ev, 0)
+			n, werr = rawEpollPoll(int(ep), p.ev)
 			if !errors.Is(werr, unix.EINTR) {
 				break
 			}
@@ -119,6 +121,19 @@ func (p *pollSet) wait(ctx context.Context, deadline time.Time) ([]int32, error)
 		keys[i] = p.ev[i].Fd
 	}
 	return keys, nil
+}
+
+// epfd is the set's epoll descriptor, for epoll_ctl.
+func (p *pollSet) epfd() int { return p.fd }
+
+// rawEpollPoll is epoll_pwait with a timeout of zero: it never blocks, so
+// it is made raw (see quiet).
+func rawEpollPoll(ep int, ev []unix.EpollEvent) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // close releases the set; its descriptors stay open.

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,13 +30,10 @@ import (
 // read loop, write loop) and each hand-off between them costs a wakeup,
 // about 0.1 ms of CPU each on a small VM; WaitActive probes a new process
 // many times. Here a probe is a few system calls, and wakes up only for
-// the answers. It waits in poll(2), not in Go's network poller: its waits
-// are short (the peer's answers on loopback), and a thread blocked that
-// briefly wakes once, where a goroutine parked in the runtime's poller
-// costs thread hand-offs; measured on the bench, the poller made a step's
-// WaitActive dearer (docs/performance.md).
-func directProbe(ctx context.Context, req *http.Request, ap netip.AddrPort, deadline time.Time) (*http.Response, func(), error) {
-	c, err := dial(ctx, ap, deadline)
+// the answers; it waits in q, parked in Go's network poller, and its
+// system calls are raw (see quiet).
+func directProbe(ctx context.Context, q *quiet, req *http.Request, ap netip.AddrPort, deadline time.Time) (*http.Response, func(), error) {
+	c, err := dial(ctx, q, ap, deadline)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -45,8 +41,8 @@ func directProbe(ctx context.Context, req *http.Request, ap netip.AddrPort, dead
 	if req.URL.Scheme == "https" {
 		tc := tls.Client(c, healthTLS)
 		// Handshake, not HandshakeContext: the latter closes the
-		// descriptor from another goroutine when ctx ends; c ends the
-		// handshake on ctx by shutting the socket down instead.
+		// descriptor from another goroutine when ctx ends; c's waits end
+		// on ctx themselves.
 		if err := tc.Handshake(); err != nil {
 			c.Close()
 			return nil, nil, c.cause(err)
@@ -94,21 +90,22 @@ func directAddr(u *url.URL) (netip.AddrPort, bool) {
 }
 
 // sockConn is a connected TCP socket as a net.Conn: non-blocking, each
-// read and write waiting in poll for at most what is left until deadline.
-// When ctx ends it is shut down, which wakes a waiting read or write.
+// read and write made raw and, when it must wait, waiting in q (parked in
+// Go's network poller) for at most what is left until deadline or until
+// ctx ends.
 type sockConn struct {
-	ctx      context.Context
-	fd       int
-	remote   net.Addr
+	ctx    context.Context
+	q      *quiet
+	fd     int
+	remote net.Addr
+	// deadline is the probe's bound; SetDeadline only moves it earlier.
 	deadline time.Time
-	stop     func() bool
-	fired    chan struct{} // closed once the shutdown on ctx has run
-	once     sync.Once
+	closed   bool
 }
 
 // dial connects to ap. A refused connection is a *net.OpError wrapping
 // ECONNREFUSED, as net.Dial's is.
-func dial(ctx context.Context, ap netip.AddrPort, deadline time.Time) (*sockConn, error) {
+func dial(ctx context.Context, q *quiet, ap netip.AddrPort, deadline time.Time) (*sockConn, error) {
 	remote := net.TCPAddrFromAddrPort(ap)
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Addr: remote, Err: err}
@@ -126,20 +123,18 @@ func dial(ctx context.Context, ap netip.AddrPort, deadline time.Time) (*sockConn
 	if err != nil {
 		return nil, opErr(os.NewSyscallError("socket", err))
 	}
-	c := &sockConn{ctx: ctx, fd: fd, remote: remote, deadline: deadline, fired: make(chan struct{})}
-	c.stop = context.AfterFunc(ctx, func() {
-		defer close(c.fired)
-		_ = unix.Shutdown(fd, unix.SHUT_RDWR)
-	})
+	c := &sockConn{ctx: ctx, q: q, fd: fd, remote: remote, deadline: deadline}
 	// Small writes go out at once (as net.Dial sets it): TLS records and
 	// the request would otherwise wait for the peer's delayed ACK.
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	err = unix.Connect(fd, sa)
+	_ = rawSetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	// On loopback a connect is mostly decided within the call: refused, or
+	// taken into the listener's backlog.
+	err = rawConnect(fd, sa)
 	if errors.Is(err, unix.EINPROGRESS) || errors.Is(err, unix.EINTR) {
-		if err = c.await(unix.POLLOUT); err == nil {
+		err = c.await(unix.EPOLLOUT, "dial")
+		if err == nil {
 			var soErr int
-			soErr, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-			if err == nil && soErr != 0 {
+			if soErr, err = rawGetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && soErr != 0 {
 				err = unix.Errno(soErr)
 			}
 		}
@@ -158,36 +153,31 @@ func dial(ctx context.Context, ap netip.AddrPort, deadline time.Time) (*sockConn
 	return c, nil
 }
 
-// await waits until fd is ready for events, the deadline passes (a
-// timeout error) or ctx ends (the shutdown makes fd ready).
-func (c *sockConn) await(events int16) error {
-	for {
-		left := time.Until(c.deadline)
-		if left <= 0 {
-			return &net.OpError{Op: "read", Net: "tcp", Addr: c.remote, Err: os.ErrDeadlineExceeded}
-		}
-		fds := []unix.PollFd{{Fd: int32(c.fd), Events: events}}
-		_, err := unix.Poll(fds, int((left+time.Millisecond-1)/time.Millisecond))
-		switch {
-		case errors.Is(err, unix.EINTR):
-		case err != nil:
-			return os.NewSyscallError("poll", err)
-		case fds[0].Revents != 0:
-			return nil
-		}
+// await waits until the socket is ready for events: nil, a timeout
+// *net.OpError once the deadline has passed, ctx's error once it ended.
+func (c *sockConn) await(events uint32, op string) error {
+	ready, err := c.q.waitFD(c.ctx, c.fd, events|unix.EPOLLERR|unix.EPOLLHUP, c.deadline)
+	switch {
+	case err != nil:
+		return &net.OpError{Op: op, Net: "tcp", Addr: c.remote, Err: err}
+	case ready:
+		return nil
+	case c.ctx.Err() != nil:
+		return c.ctx.Err()
 	}
+	return &net.OpError{Op: op, Net: "tcp", Addr: c.remote, Err: os.ErrDeadlineExceeded}
 }
 
 func (c *sockConn) Read(b []byte) (int, error) {
 	for {
-		n, err := unix.Read(c.fd, b)
+		n, err := rawRead(c.fd, b)
 		switch {
 		case err == nil && n == 0 && len(b) > 0:
 			return 0, io.EOF
 		case err == nil:
 			return n, nil
 		case errors.Is(err, unix.EAGAIN):
-			if err := c.await(unix.POLLIN); err != nil {
+			if err := c.await(unix.EPOLLIN|unix.EPOLLRDHUP, "read"); err != nil {
 				return 0, err
 			}
 		case errors.Is(err, unix.EINTR):
@@ -200,12 +190,12 @@ func (c *sockConn) Read(b []byte) (int, error) {
 func (c *sockConn) Write(b []byte) (int, error) {
 	done := 0
 	for done < len(b) {
-		n, err := unix.Write(c.fd, b[done:])
+		n, err := rawWrite(c.fd, b[done:])
 		switch {
 		case err == nil:
 			done += n
 		case errors.Is(err, unix.EAGAIN):
-			if err := c.await(unix.POLLOUT); err != nil {
+			if err := c.await(unix.EPOLLOUT, "write"); err != nil {
 				return done, err
 			}
 		case errors.Is(err, unix.EINTR):
@@ -216,8 +206,7 @@ func (c *sockConn) Write(b []byte) (int, error) {
 	return done, nil
 }
 
-// cause is err, or ctx's error when ctx ended: a shut-down socket fails
-// its reads and writes with whatever the peer makes of it.
+// cause is err, or ctx's error when ctx ended.
 func (c *sockConn) cause(err error) error {
 	if c.ctx.Err() != nil {
 		return c.ctx.Err()
@@ -225,16 +214,13 @@ func (c *sockConn) cause(err error) error {
 	return err
 }
 
-// Close releases the socket once; the shutdown on ctx cannot run after it.
+// Close releases the socket once. Nothing waits on it by then: its waits
+// are in the calling goroutine.
 func (c *sockConn) Close() error {
-	c.once.Do(func() {
-		if !c.stop() {
-			// ctx ended: the shutdown ran or runs; closing under it could
-			// shut down a descriptor reused meanwhile.
-			<-c.fired
-		}
-		unix.Close(c.fd)
-	})
+	if !c.closed {
+		c.closed = true
+		_ = rawClose(c.fd)
+	}
 	return nil
 }
 

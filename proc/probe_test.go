@@ -46,7 +46,7 @@ func TestDirectAddr(t *testing.T) {
 // WaitActive paces apart), in the operator's words.
 func TestProbeRefused(t *testing.T) {
 	u := closedURL(t)
-	err := probe(context.Background(), u)
+	err := probe(context.Background(), nil, u)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("probe of a closed port: %v, want ECONNREFUSED", err)
 	}
@@ -70,7 +70,7 @@ func TestProbeCancelled(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
 		start := time.Now()
-		err := probe(ctx, s.URL+"/healthz")
+		err := probe(ctx, nil, s.URL+"/healthz")
 		close(release)
 		if took := time.Since(start); took > requestTimeout/2 {
 			t.Errorf("tls %v: the cancelled probe took %s", tls, took)
@@ -89,7 +89,7 @@ func TestProbeByName(t *testing.T) {
 	if _, err := net.LookupHost("localhost"); err != nil {
 		t.Skipf("localhost does not resolve here: %v", err)
 	}
-	if err := probe(context.Background(), "https://localhost:"+port+"/healthz"); err != nil {
+	if err := probe(context.Background(), nil, "https://localhost:"+port+"/healthz"); err != nil {
 		t.Fatalf("probe by name: %v", err)
 	}
 }
@@ -103,7 +103,7 @@ func TestProbeIPv6(t *testing.T) {
 	srv := &http.Server{Handler: status(204, "")}
 	go srv.Serve(l)
 	defer srv.Close()
-	if err := probe(context.Background(), "http://"+l.Addr().String()+"/livez"); err != nil {
+	if err := probe(context.Background(), nil, "http://"+l.Addr().String()+"/livez"); err != nil {
 		t.Fatalf("probe over IPv6: %v", err)
 	}
 }
@@ -144,7 +144,7 @@ func TestDirectProbeDeadline(t *testing.T) {
 			t.Fatalf("%s: not a direct address", req.URL)
 		}
 		start := time.Now()
-		resp, release, err := directProbe(context.Background(), req, ap, start.Add(150*time.Millisecond))
+		resp, release, err := directProbe(context.Background(), testQuiet(t), req, ap, start.Add(150*time.Millisecond))
 		took := time.Since(start)
 		if err == nil {
 			resp.Body.Close()
@@ -174,7 +174,7 @@ func TestDirectProbeCancelledWhileSilent(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(100*time.Millisecond, cancel)
 		start := time.Now()
-		_, _, err = directProbe(ctx, req, ap, start.Add(time.Minute))
+		_, _, err = directProbe(ctx, testQuiet(t), req, ap, start.Add(time.Minute))
 		if took := time.Since(start); took > 5*time.Second {
 			t.Errorf("%s: the cancelled probe took %s", scheme, took)
 		}
@@ -183,4 +183,15 @@ func TestDirectProbeCancelledWhileSilent(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// testQuiet is a quiet released when the test ends.
+func testQuiet(t *testing.T) *quiet {
+	t.Helper()
+	q, err := newQuiet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.close)
+	return q
 }

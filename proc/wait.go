@@ -55,15 +55,6 @@ func backoffPacer() pacer {
 // process exited); the wait then checks again.
 type pause func(ctx context.Context, d time.Duration)
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // waitFor runs c until it reports done, ctx ends or timeout passes, pausing
 // between checks with p for as long as next says. It returns nil once
 // done; otherwise we, completed: how long it waited, ctx's error
