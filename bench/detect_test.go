@@ -69,6 +69,8 @@ func BenchmarkDetection(b *testing.B) {
 		// CPU of the two waits apart: WaitReplaced (wait-replaced to
 		// wait-active) and WaitActive (wait-active to done).
 		replacedCPU, activeCPU time.Duration
+		// Context switches of the two waits.
+		replacedSw, activeSw int64
 		// active is when WaitActive began (the wait-active event), done
 		// when it returned (the done event).
 		active, done time.Time
@@ -105,6 +107,7 @@ func BenchmarkDetection(b *testing.B) {
 		samples = append(samples, sample{txn: res.Txn, pid: ps[0].PID, write: write.Time, record: rec.Time, durable: verify.Time,
 			waitCPU: done.CPU - waitStart.CPU, waitWall: done.Time.Sub(waitStart.Time),
 			replacedCPU: active.CPU - waitStart.CPU, activeCPU: done.CPU - active.CPU,
+			replacedSw: active.Switches - waitStart.Switches, activeSw: done.Switches - active.Switches,
 			active: active.Time, done: done.Time})
 	}
 	evs, err := r.n.Events()
@@ -114,6 +117,7 @@ func BenchmarkDetection(b *testing.B) {
 	var healthyRec, listenRec, listenDur, activeListen []time.Duration
 	var activeWall time.Duration
 	var cpu, wall, replacedCPU, activeCPU time.Duration
+	var replacedSw, activeSw int64
 	for i, s := range samples {
 		h, ok := standinEvent(evs, comp, s.pid, standin.EventHealthy, s.write, s.durable)
 		l, ok2 := standinEvent(evs, comp, s.pid, standin.EventListen, s.write, s.durable)
@@ -128,6 +132,8 @@ func BenchmarkDetection(b *testing.B) {
 		cpu += s.waitCPU
 		replacedCPU += s.replacedCPU
 		activeCPU += s.activeCPU
+		replacedSw += s.replacedSw
+		activeSw += s.activeSw
 		wall += s.waitWall
 	}
 	b.ReportMetric(float64(len(samples)), "replacements")
@@ -144,6 +150,8 @@ func BenchmarkDetection(b *testing.B) {
 	b.ReportMetric(ms(wall)/float64(len(samples)), "wait-ms/step")
 	b.ReportMetric(ms(replacedCPU)/float64(len(samples)), "replaced-cpu-ms/step")
 	b.ReportMetric(ms(activeCPU)/float64(len(samples)), "active-cpu-ms/step")
+	b.ReportMetric(float64(replacedSw)/float64(len(samples)), "replaced-switches/step")
+	b.ReportMetric(float64(activeSw)/float64(len(samples)), "active-switches/step")
 	// How long WaitActive waited, and how long after it began the
 	// listener opened: the time WaitActive paces refused connections over.
 	b.ReportMetric(ms(activeWall)/float64(len(samples)), "active-ms/step")

@@ -39,15 +39,19 @@ type rig struct {
 type stamped struct {
 	engine.Event
 	CPU time.Duration
+	// Switches is how many times this process's threads had given up
+	// their CPU (voluntary and involuntary context switches, RUSAGE_SELF):
+	// each voluntary one is a sleep that a wakeup ended.
+	Switches int64
 }
 
 // cpuNow is this process's CPU time so far, every thread, user plus system.
-func cpuNow() time.Duration {
+func cpuNow() (time.Duration, int64) {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw
 }
 
 func newRig(b *testing.B, opts testbed.Options, dl engine.Deadlines) *rig {
@@ -76,9 +80,9 @@ func newRig(b *testing.B, opts testbed.Options, dl engine.Deadlines) *rig {
 		Snapshots: filepath.Join(root, "state", "snapshots"),
 		Deadlines: dl, Log: log,
 		Events: func(ev engine.Event) {
-			c := cpuNow()
+			c, sw := cpuNow()
 			r.mu.Lock()
-			r.evs = append(r.evs, stamped{Event: ev, CPU: c})
+			r.evs = append(r.evs, stamped{Event: ev, CPU: c, Switches: sw})
 			r.mu.Unlock()
 		},
 	})
