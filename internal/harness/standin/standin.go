@@ -345,6 +345,15 @@ func serve(o *Options, rec *recorder) (*http.Server, chan error, error) {
 				http.Error(w, "[-]standin failed: mode "+string(o.Mode), http.StatusInternalServerError)
 				return
 			}
+			// The answer as kube-apiserver's healthz handler gives it
+			// (k8s.io/apiserver/pkg/server/healthz, handleRootHealth):
+			// "ok" written whole, so net/http sends it with its length in
+			// one write. The flush, so that the event below is recorded
+			// once the answer is on the wire, would otherwise make it
+			// chunked, with its last chunk in a write of its own.
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.Header().Set("Content-Length", "2")
 			_, _ = io.WriteString(w, "ok")
 			if f, ok := w.(http.Flusher); ok {
 				f.Flush()

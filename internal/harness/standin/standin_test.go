@@ -147,6 +147,29 @@ func TestHealthyServesEveryEndpointAndRecordsFirst200(t *testing.T) {
 	}
 }
 
+// TestHealthyAnswerIsWhole: a healthy answer has the form kube-apiserver's
+// healthz handler gives it: "ok" with its length, not chunked (which costs
+// a prober one more read for the last chunk), as text/plain.
+func TestHealthyAnswerIsWhole(t *testing.T) {
+	p := start(t, "kube-scheduler")
+	p.waitCode(t, "/livez", 200)
+	resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/livez", p.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != "ok" || resp.ContentLength != 2 || len(resp.TransferEncoding) != 0 {
+		t.Errorf("answer %q, Content-Length %d, Transfer-Encoding %v; want \"ok\", 2, none", body, resp.ContentLength, resp.TransferEncoding)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
+		t.Errorf("Content-Type %q, want text/plain; charset=utf-8", ct)
+	}
+}
+
 func TestModes(t *testing.T) {
 	t.Run("exit-at-start", func(t *testing.T) {
 		p := start(t, "kube-scheduler", EnvMode+"=exit-at-start")
