@@ -22,7 +22,6 @@ import (
 // instance of its own, which the runtime's poller watches like a socket:
 // it is readable while one of its descriptors is.
 type pollSet struct {
-	fd int // the epoll instance, owned by f
 	f  *os.File
 	rc syscall.RawConn
 	ev []unix.EpollEvent
@@ -51,14 +50,18 @@ func newPollSet() (*pollSet, error) {
 		f.Close()
 		return nil, fmt.Errorf("poll set: %w", err)
 	}
-	return &pollSet{fd: fd, f: f, rc: rc, ev: make([]unix.EpollEvent, 8)}, nil
+	return &pollSet{f: f, rc: rc, ev: make([]unix.EpollEvent, 8)}, nil
 }
 
 // add watches fd for readability; wait reports it as key.
-func (p *pollSet) add(fd int, key int32) error {
+func (p *pollSet) add(fd int, key int32) error { return p.watch(fd, key, unix.EPOLLIN) }
+
+// watch watches fd for events (EPOLLIN, EPOLLOUT, ...); wait reports it
+// as key.
+func (p *pollSet) watch(fd int, key int32, events uint32) error {
 	var err error
 	cerr := p.rc.Control(func(ep uintptr) {
-		err = unix.EpollCtl(int(ep), unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: key})
+		err = unix.EpollCtl(int(ep), unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: events, Fd: key})
 	})
 	if err == nil {
 		err = cerr
@@ -122,9 +125,6 @@ func (p *pollSet) wait(ctx context.Context, deadline time.Time) ([]int32, error)
 	}
 	return keys, nil
 }
-
-// epfd is the set's epoll descriptor, for epoll_ctl.
-func (p *pollSet) epfd() int { return p.fd }
 
 // rawEpollPoll is epoll_pwait with a timeout of zero: it never blocks, so
 // it is made raw (see quiet).

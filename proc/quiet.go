@@ -91,10 +91,10 @@ func (q *quiet) sleep(ctx context.Context, d time.Duration) {
 // deadline passes or ctx ends; it reports whether fd became ready. An
 // error means the wait itself failed.
 func (q *quiet) waitFD(ctx context.Context, fd int, events uint32, deadline time.Time) (bool, error) {
-	if err := unix.EpollCtl(q.set.epfd(), unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: events, Fd: sockKey}); err != nil {
-		return false, fmt.Errorf("quiet wait: %w", os.NewSyscallError("epoll_ctl", err))
+	if err := q.set.watch(fd, sockKey, events); err != nil {
+		return false, err
 	}
-	defer unix.EpollCtl(q.set.epfd(), unix.EPOLL_CTL_DEL, fd, nil)
+	defer q.set.remove(fd)
 	return q.until(ctx, sockKey, deadline)
 }
 
