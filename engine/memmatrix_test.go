@@ -121,6 +121,7 @@ func newMemNodeAt(t *testing.T, root string, vip bool) *memNode {
 	if err := n.j.PutNodeState(st); err != nil {
 		t.Fatal(err)
 	}
+	seedSingleMember(t, n.j, st.Etcd.MemberName)
 	return n
 }
 
@@ -225,9 +226,9 @@ func (f *fakeEtcd) Backup(_ context.Context, _ *nodestate.NodeState, path string
 	return &etcddata.Backup{Path: path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)), Revision: 7, MemberID: "1", Members: 1, Version: "3.5.35", Taken: time.Now()}, nil
 }
 
-func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string) error { return nil }
+func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string, int) error { return nil }
 
-func (f *fakeEtcd) Restore(context.Context, *nodestate.NodeState, *etcddata.Backup, string) error {
+func (f *fakeEtcd) Restore(context.Context, *nodestate.NodeState, *etcddata.Backup, string, int) error {
 	f.restores++
 	if ps, err := f.k.PIDs("etcd"); err != nil || len(ps) > 0 {
 		f.faults = append(f.faults, fmt.Sprintf("etcd's data restored while etcd runs: %v %v", ps, err))
