@@ -71,6 +71,9 @@ type memNode struct {
 	onEvent func(Event)
 	// before is the manifest directory before the transaction under test.
 	before map[string][]byte
+	// etcdClient, when set, is Config.EtcdClient: how the engine reaches
+	// "this node's" etcd (a plain-http etcdcluster member).
+	etcdClient func(*nodestate.NodeState) etcddata.ClientConfig
 }
 
 func newMemNode(t *testing.T) *memNode {
@@ -150,7 +153,7 @@ func (n *memNode) engineWith(store Manifests, crash func(fault.Point)) *Engine {
 		procs = n.procs
 	}
 	e, err := New(Config{Journal: n.j, Store: store, Scanner: procs, Snapshots: filepath.Join(n.root, "state", "snapshots"),
-		Deadlines: memDeadlines, Etcd: n.etcd, Log: quiet, Events: func(ev Event) {
+		Deadlines: memDeadlines, Etcd: n.etcd, Log: quiet, EtcdClient: n.etcdClient, Coordination: testCoordination, Events: func(ev Event) {
 			n.events = append(n.events, fmt.Sprintf("%s %s %s: %s", ev.Phase, ev.Step, ev.Component, ev.Message))
 			if n.onEvent != nil {
 				n.onEvent(ev)
