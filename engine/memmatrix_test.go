@@ -229,7 +229,9 @@ func (f *fakeEtcd) Backup(_ context.Context, _ *nodestate.NodeState, path string
 	return &etcddata.Backup{Path: path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)), Revision: 7, MemberID: "1", Members: 1, Version: "3.5.35", Taken: time.Now()}, nil
 }
 
-func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string, int) error { return nil }
+func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string, int) error {
+	return nil
+}
 
 func (f *fakeEtcd) Restore(context.Context, *nodestate.NodeState, *etcddata.Backup, string, int) error {
 	f.restores++
