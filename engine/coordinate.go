@@ -95,8 +95,13 @@ func (e *Engine) clusterConfig(st *nodestate.NodeState, txn string) cluster.Conf
 }
 
 // recordBegin records a new transaction as this node's open one. Should the
-// cluster refuse it (the lease expired while it waited), the transaction is
-// rolled back before anything was done, and the rollout is not halted.
+// cluster refuse it (the lease expired while it waited, or a write that
+// failed and was read back unrecorded), the transaction is rolled back
+// before anything was done, and the rollout is not halted. When whether
+// the cluster recorded it is unknown (the write and its read-back failed),
+// nothing is decided: the transaction stays open, untouched, and the run
+// ends interrupted; resume drives it once the cluster answers, after the
+// halt and busy checks if the cluster has no record of it.
 func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestate.NodeState) (bool, error) {
 	if e.hold == nil {
 		return true, nil
@@ -104,6 +109,9 @@ func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestat
 	err := e.hold.Begin(ctx, cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to)})
 	if err == nil {
 		return true, nil
+	}
+	if errors.Is(err, cluster.ErrBeginUnknown) {
+		return false, fmt.Errorf("%w before anything was changed: %v; run `stratum-upgrade resume` once the cluster's etcd answers: %w", ErrInterrupted, err, ErrStillOpen)
 	}
 	reason := fmt.Sprintf("the cluster could not record the transaction, so nothing was changed: %v", err)
 	if uerr := e.startRollback(txn, reason); uerr != nil {
