@@ -1,15 +1,19 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
+	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -100,5 +104,92 @@ func TestTopologyUnknownRefuses(t *testing.T) {
 	}
 	if open, _ := n.j.OpenTxn(); open != nil {
 		t.Fatalf("transaction %s left open", open.ID)
+	}
+}
+
+// TestResumedEtcdStepPassesTheGate: a crash after etcd's step was marked
+// and before its member was stopped, then a reboot (kubelet runs the old
+// etcd again) while another member went down. The resumed step passes the
+// quorum gate as a fresh one does: it refuses, etcd is not stopped (nor
+// written), and the transaction stays open (exit 6) rather than rolling
+// back, which would restart the member just the same. Once the member is
+// back, resume commits.
+func TestResumedEtcdStepPassesTheGate(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	n := newMemNode(t)
+	n.st.Etcd.MemberName = c.Members[0].Name
+	n.st.Etcd.InitialCluster = n.st.Etcd.MemberName + "=https://" + n.st.AdvertiseAddress + ":2380"
+	if _, err := n.store.WriteAll(n.st); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.j.PutNodeState(n.st); err != nil {
+		t.Fatal(err)
+	}
+	reach(n, c.Members[0])
+	n.before = n.manifests()
+	fired := false
+	if _, died := survive(func() error {
+		_, err := n.engine(crashAt(fault.BeforeWrite.Of(nodestate.Etcd), &fired)).Run(t.Context(), release(n.st, true, "", ""), nil)
+		return err
+	}); !died {
+		t.Fatal("the run never reached before-write:etcd")
+	}
+	n.crash(true)
+	if err := c.Members[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	etcdBefore, err := n.store.Read(nodestate.Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.engine(nil).Resume(t.Context())
+	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, ErrStillOpen) || !strings.Contains(err.Error(), c.Members[2].Name) {
+		t.Fatalf("resume with %s down: %+v %v; want interrupted by the quorum gate naming it, still open", c.Members[2].Name, res, err)
+	}
+	if open, _ := n.j.OpenTxn(); open == nil || open.Phase != journal.PhaseApplying {
+		t.Fatalf("open transaction after the refused gate: %+v; want still applying", open)
+	}
+	if b, err := n.store.Read(nodestate.Etcd); err != nil || !bytes.Equal(b, etcdBefore) {
+		t.Fatalf("etcd's manifest changed or removed after the refused gate (%v)", err)
+	}
+	if err := c.Members[2].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.engine(nil).Resume(t.Context()); err != nil || res.Outcome != Committed {
+		t.Fatalf("resume with every member back: %+v %v; want committed", res, err)
+	}
+	for _, p := range n.converged(Committed) {
+		t.Error(p)
+	}
+}
+
+// TestStopOfEtcdPassesTheGate: a stop of a member of three, with another
+// member down, would leave the cluster without quorum: the gate refuses it
+// before etcd's manifest is touched, and the stop rolls back.
+func TestStopOfEtcdPassesTheGate(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	n := newMemNode(t)
+	n.st.Etcd.MemberName = c.Members[0].Name
+	n.st.Etcd.InitialCluster = n.st.Etcd.MemberName + "=https://" + n.st.AdvertiseAddress + ":2380"
+	if _, err := n.store.WriteAll(n.st); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.j.PutNodeState(n.st); err != nil {
+		t.Fatal(err)
+	}
+	reach(n, c.Members[0])
+	if err := c.Members[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	etcdBefore, err := n.store.Read(nodestate.Etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.KubeAPIServer, nodestate.Etcd}, StopOptions{})
+	if !errors.Is(err, ErrRolledBack) || !strings.Contains(res.Reason, c.Members[2].Name) {
+		t.Fatalf("stop of etcd with %s down: %+v %v; want rolled back by the quorum gate naming it", c.Members[2].Name, res, err)
+	}
+	if b, err := n.store.Read(nodestate.Etcd); err != nil || !bytes.Equal(b, etcdBefore) {
+		t.Fatalf("etcd's manifest changed or removed by a refused stop (%v)", err)
 	}
 }
