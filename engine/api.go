@@ -164,16 +164,19 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 	if err != nil {
 		return Result{}, err
 	}
-	t, c, err := e.topology(ctx, st, "")
-	if err != nil {
-		return Result{}, err
-	}
+	t, c, terr := e.topology(ctx, st, "")
 	if c != nil {
 		defer c.Close()
 	}
+	// A plan's own refusal (nothing to do, a pre-flight check) comes
+	// first; an unknown topology plans with the stricter single-member
+	// checks, then refuses.
 	p, err := plan(t)
 	if err != nil {
 		return Result{}, err
+	}
+	if terr != nil {
+		return Result{}, terr
 	}
 	from, err := p.From.Marshal()
 	if err != nil {
