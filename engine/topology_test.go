@@ -193,3 +193,30 @@ func TestStopOfEtcdPassesTheGate(t *testing.T) {
 		t.Fatalf("etcd's manifest changed or removed by a refused stop (%v)", err)
 	}
 }
+
+// TestTopologyFromTheJournaledBackup: a single member crashed in its own
+// etcd step (etcd stopped, its manifest gone) on a node with no member
+// count kept: the member count the etcd backup journaled with the
+// transaction (read from the live cluster when it was taken) says single,
+// and resume finishes it as a single member.
+func TestTopologyFromTheJournaledBackup(t *testing.T) {
+	n := newMemNode(t)
+	n.before = n.manifests()
+	fired := false
+	if _, died := survive(func() error {
+		_, err := n.engine(crashAt(fault.AfterStop.Of(nodestate.Etcd), &fired)).Run(t.Context(), release(n.st, true, "", ""), nil)
+		return err
+	}); !died {
+		t.Fatal("the run never reached after-stop:etcd")
+	}
+	n.crash(false)
+	if err := os.Remove(filepath.Join(n.root, "state", cluster.MembersFile)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.engine(nil).Resume(t.Context()); err != nil || res.Outcome != Committed {
+		t.Fatalf("resume: %+v %v; want committed as a single member", res, err)
+	}
+	for _, p := range n.converged(Committed) {
+		t.Error(p)
+	}
+}
