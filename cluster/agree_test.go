@@ -12,19 +12,6 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
 )
 
-// haltAs ends a transaction of node's rolled back: the rollout halts.
-func haltAs(t *testing.T, c *etcdcluster.Cluster, node string) {
-	t.Helper()
-	h := acquire(t, connect(t, c, 1, node, nil), "upgrade", "")
-	defer h.Release()
-	if err := h.Begin(context.Background(), cluster.Progress{Txn: "t-" + node, Kind: "upgrade", Phase: "planned"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.End(context.Background(), "rolled-back", "failed on "+node); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A resume of a transaction the cluster recorded as this node's is its
 // own, halt or not; one the cluster has no record of (the node crashed
 // between its journal's begin and the cluster's) is checked for the halt
