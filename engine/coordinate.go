@@ -38,6 +38,7 @@ type Coordination struct {
 func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordinator, st *nodestate.NodeState, kind, resume string, f func() (Result, error)) (Result, error) {
 	e.top = t
 	defer func() { e.top = topology{} }()
+	e.keep(t, c)
 	if t.single() {
 		return f()
 	}
@@ -199,14 +200,16 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 	switch {
 	case err == nil && t.single():
 		// A single member: nothing of the rollout is kept in etcd.
+		e.keep(t, c)
 		return nothing, nil
 	case err == nil && c == nil:
-		err = fmt.Errorf("the cluster cannot be reached (its %d members are %s)", t.members, t.source)
+		err = fmt.Errorf("the cluster of %d members (%s) cannot be reached", t.members, t.source)
 	}
 	if err != nil {
 		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)
 		return nothing, nil
 	}
+	e.keep(t, c)
 	p, err := c.Node(ctx, st.NodeName)
 	if err != nil {
 		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)

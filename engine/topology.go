@@ -30,14 +30,17 @@ type topology struct {
 	members int
 	// source says where members came from, for the log and errors.
 	source string
+	// read is the member list when it was read live now, for keep.
+	read *cluster.Members
 }
 
 // single reports whether this node's etcd is the cluster's only member.
 func (t topology) single() bool { return t.members == 1 }
 
 // topology reads the member list through this node's client certificate
-// (its own member, then the endpoints kept from the last read) and keeps
-// the count beside the journal. When etcd cannot be reached it falls back
+// (its own member, then the endpoints kept from the last read); keep keeps
+// it beside the journal once a transaction is driven. When etcd cannot be
+// reached it falls back
 // to the count read last, then to the member count of the newest etcd
 // backup the journal holds (read from the live cluster when it was taken);
 // with neither, it is ErrTopologyUnknown. The coordinator it reached the
@@ -47,13 +50,7 @@ func (e *Engine) topology(ctx context.Context, st *nodestate.NodeState, txn stri
 	c, err := cluster.Connect(ctx, e.clusterConfig(st, txn))
 	if err == nil {
 		m := c.Members()
-		if serr := cluster.SaveMembers(e.membersPath(), m); serr != nil {
-			e.log.Warn("could not keep etcd's member count for when etcd cannot be reached", "err", serr)
-		}
-		if m.Count > 1 {
-			e.saveEndpoints(c.Endpoints())
-		}
-		return topology{members: m.Count, source: "etcd's member list"}, c, nil
+		return topology{members: m.Count, source: "etcd's member list", read: &m}, c, nil
 	}
 	known, lerr := cluster.LoadMembers(e.membersPath())
 	if lerr != nil {
@@ -70,6 +67,22 @@ func (e *Engine) topology(ctx context.Context, st *nodestate.NodeState, txn stri
 	}
 	return topology{}, nil, fmt.Errorf("%w: etcd's member list cannot be read (%v) and this node has no record of it (%s): whether this node's etcd is the cluster's only member decides whether it takes the rollout lock and passes the quorum gate, so nothing was done; make etcd answer (its container log; `etcdctl endpoint health`), then run the command again",
 		ErrTopologyUnknown, err, e.membersPath())
+}
+
+// keep keeps a member list read live, and the members' client URLs c
+// reached, for a later command run while etcd cannot be reached; a
+// failure costs only that fallback. A command refused before its
+// transaction keeps nothing.
+func (e *Engine) keep(t topology, c *cluster.Coordinator) {
+	if t.read == nil {
+		return
+	}
+	if err := cluster.SaveMembers(e.membersPath(), *t.read); err != nil {
+		e.log.Warn("could not keep etcd's member count for when etcd cannot be reached", "err", err)
+	}
+	if t.members > 1 && c != nil {
+		e.saveEndpoints(c.Endpoints())
+	}
 }
 
 // journaledMembers is the member count of the newest etcd backup in the
