@@ -137,13 +137,7 @@ func addExtraArgs(src *Source, st *nodestate.NodeState) error {
 			if c == nodestate.Etcd && nodestate.OwnedEtcdFlag(k) {
 				continue
 			}
-			if st.ExtraArgs == nil {
-				st.ExtraArgs = map[string]map[string]string{}
-			}
-			if st.ExtraArgs[c] == nil {
-				st.ExtraArgs[c] = map[string]string{}
-			}
-			st.ExtraArgs[c][k] = v
+			st.SetExtraArg(c, k, v)
 			if st.ExtraArgsOrder == nil {
 				st.ExtraArgsOrder = map[string][]string{}
 			}

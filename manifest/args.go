@@ -39,7 +39,7 @@ func command(st *nodestate.NodeState, name string, a args) []string {
 		}
 	}
 	for _, k := range st.ExtraArgOrder(name) {
-		out = append(out, "--"+k+"="+extra[k])
+		out = append(out, "--"+k+"="+extra[k].Last())
 	}
 	return out
 }
@@ -70,7 +70,7 @@ func componentArgs(st *nodestate.NodeState, name string, v *version.Version) arg
 		return args{}
 	}
 	for k, v := range st.ExtraArgs[name] {
-		a[k] = v
+		a[k] = v.Last()
 	}
 	return a
 }
