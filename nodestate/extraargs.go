@@ -86,18 +86,6 @@ type Arg struct {
 	Name, Value string
 }
 
-// ExtraArgOrder is the names of comp's extra args in the order their
-// first value appears on the command line (ExtraArgList).
-func (st *NodeState) ExtraArgOrder(comp string) []string {
-	var out []string
-	for _, a := range st.ExtraArgList(comp) {
-		if !slices.Contains(out, a.Name) {
-			out = append(out, a.Name)
-		}
-	}
-	return out
-}
-
 // ExtraArgList is comp's extra args as they follow the rendered flags on
 // the command line, one Arg per value. ExtraArgsOrder places them: a flag
 // it lists once has all its values there, in order; a flag it lists once

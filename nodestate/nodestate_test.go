@@ -291,8 +291,8 @@ func TestValidateAdoptionFields(t *testing.T) {
 		}
 	}
 	st, _ := Parse([]byte(valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling]\n"))
-	if got := st.ExtraArgOrder(KubeAPIServer); !reflect.DeepEqual(got, []string{"profiling", "event-ttl"}) {
-		t.Errorf("ExtraArgOrder = %v: want the listed one, then the rest by name", got)
+	if got := st.ExtraArgList(KubeAPIServer); !reflect.DeepEqual(got, []Arg{{"profiling", "false"}, {"event-ttl", "2h"}}) {
+		t.Errorf("ExtraArgList = %v: want the listed one, then the rest by name", got)
 	}
 	if got := st.CACertMountDirs(); !reflect.DeepEqual(got, DefaultCACertDirs) {
 		t.Errorf("CACertMountDirs without caCertDirs = %v", got)
