@@ -76,8 +76,13 @@ func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 	// kubeadm without a podSubnet lets the network plugin allocate.
 	st.Networking.PodCIDR = or(cm["cluster-cidr"], nodestate.NoPodCIDR)
 	st.Networking.DNSDomain = nodestate.DefaultDNSDomain
-	if d, ok := strings.CutPrefix(api["service-account-issuer"], "https://kubernetes.default.svc."); ok && d != "" {
-		st.Networking.DNSDomain = d
+	// kubeadm derives its issuer from the domain; with several issuers
+	// (tokens rotating to another issuer) that one may be any of them.
+	for _, iss := range valuesOf(argsOf(src.Pods[nodestate.KubeAPIServer]))["service-account-issuer"] {
+		if d, ok := strings.CutPrefix(iss, "https://kubernetes.default.svc."); ok && d != "" {
+			st.Networking.DNSDomain = d
+			break
+		}
 	}
 	st.CACertDirs = caCertDirsOf(src.Pods[nodestate.KubeAPIServer], st.PKIDir)
 	ports := []struct {

@@ -20,7 +20,6 @@ import (
 // the same pod again.
 func TestAdoptRepeatedFlag(t *testing.T) {
 	const (
-		last      = "    - --tls-private-key-file=/etc/kubernetes/pki/apiserver.key\n"
 		issuer    = "    - --service-account-issuer=https://kubernetes.default.svc.cluster.local\n"
 		keyFile   = "    - --service-account-key-file=/etc/kubernetes/pki/sa.pub\n"
 		newIssuer = "https://issuer.example.com"
@@ -29,26 +28,38 @@ func TestAdoptRepeatedFlag(t *testing.T) {
 	arg := func(flag, value string) string { return "    - --" + flag + "=" + value + "\n" }
 	cases := []struct {
 		name    string
+		fixture string // "" for defaults
 		drop    string // kubeadm's own flag the extra args replace
 		tail    string // kubeadm's extra args, after its flags
 		flag    string
 		values  nodestate.ArgValues
 		order   []string
-		profile bool // --profiling=false is an extra arg too
+		profile bool   // --profiling=false is an extra arg too
+		domain  string // networking.dnsDomain; "" for cluster.local
 	}{
-		{"the new issuer first", issuer, arg("service-account-issuer", newIssuer) + arg("service-account-issuer", oldIssuer),
-			"service-account-issuer", nodestate.ArgValues{newIssuer, oldIssuer}, []string{"service-account-issuer"}, false},
-		{"the old issuer first", issuer, arg("service-account-issuer", oldIssuer) + arg("service-account-issuer", newIssuer),
-			"service-account-issuer", nodestate.ArgValues{oldIssuer, newIssuer}, []string{"service-account-issuer"}, false},
-		{"the issuers apart", issuer, arg("service-account-issuer", newIssuer) + arg("profiling", "false") + arg("service-account-issuer", oldIssuer),
-			"service-account-issuer", nodestate.ArgValues{newIssuer, oldIssuer}, []string{"service-account-issuer", "profiling", "service-account-issuer"}, true},
-		{"two service account keys", keyFile, arg("service-account-key-file", "/etc/kubernetes/pki/sa.pub") + arg("service-account-key-file", "/etc/kubernetes/pki/sa-old.pub"),
-			"service-account-key-file", nodestate.ArgValues{"/etc/kubernetes/pki/sa.pub", "/etc/kubernetes/pki/sa-old.pub"}, []string{"service-account-key-file"}, false},
+		{"the new issuer first", "", issuer, arg("service-account-issuer", newIssuer) + arg("service-account-issuer", oldIssuer),
+			"service-account-issuer", nodestate.ArgValues{newIssuer, oldIssuer}, []string{"service-account-issuer"}, false, ""},
+		{"the old issuer first", "", issuer, arg("service-account-issuer", oldIssuer) + arg("service-account-issuer", newIssuer),
+			"service-account-issuer", nodestate.ArgValues{oldIssuer, newIssuer}, []string{"service-account-issuer"}, false, ""},
+		{"the issuers apart", "", issuer, arg("service-account-issuer", newIssuer) + arg("profiling", "false") + arg("service-account-issuer", oldIssuer),
+			"service-account-issuer", nodestate.ArgValues{newIssuer, oldIssuer}, []string{"service-account-issuer", "profiling", "service-account-issuer"}, true, ""},
+		{"two service account keys", "", keyFile, arg("service-account-key-file", "/etc/kubernetes/pki/sa.pub") + arg("service-account-key-file", "/etc/kubernetes/pki/sa-old.pub"),
+			"service-account-key-file", nodestate.ArgValues{"/etc/kubernetes/pki/sa.pub", "/etc/kubernetes/pki/sa-old.pub"}, []string{"service-account-key-file"}, false, ""},
+		// The DNS domain comes from the issuer kubeadm derives from it,
+		// wherever it is among the values.
+		{"the cluster's issuer first, another domain", "custom-paths", "    - --service-account-issuer=https://kubernetes.default.svc.k8s.internal\n",
+			arg("service-account-issuer", "https://kubernetes.default.svc.k8s.internal") + arg("service-account-issuer", newIssuer),
+			"service-account-issuer", nodestate.ArgValues{"https://kubernetes.default.svc.k8s.internal", newIssuer}, []string{"service-account-issuer"}, false, "k8s.internal"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, cfg := copyFixture(t, "v1.37.2", "defaults")
+			fixture, pki, domain := "defaults", "/etc/kubernetes/pki", "cluster.local"
+			if tc.fixture != "" {
+				fixture, pki, domain = tc.fixture, "/srv/kubernetes/pki", tc.domain
+			}
+			dir, cfg := copyFixture(t, "v1.37.2", fixture)
 			api := filepath.Join(dir, "kube-apiserver.yaml")
+			last := "    - --tls-private-key-file=" + pki + "/apiserver.key\n"
 			edit(t, api, tc.drop, "")
 			edit(t, api, last, last+tc.tail)
 			src, err := ReadKubeadm(dir, cfg)
@@ -68,6 +79,9 @@ func TestAdoptRepeatedFlag(t *testing.T) {
 			}
 			if got := st.ExtraArgsOrder[nodestate.KubeAPIServer]; !reflect.DeepEqual(got, tc.order) {
 				t.Errorf("extraArgsOrder.kube-apiserver = %q, want %q", got, tc.order)
+			}
+			if st.Networking.DNSDomain != domain {
+				t.Errorf("networking.dnsDomain = %s, want %s", st.Networking.DNSDomain, domain)
 			}
 			if _, ok := st.ExtraArgs[nodestate.KubeAPIServer]["profiling"]; ok != tc.profile {
 				t.Errorf("extra args %v: profiling is one: %v, want %v", st.ExtraArgs, ok, tc.profile)
