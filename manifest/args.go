@@ -255,5 +255,12 @@ func checkArgs(st *nodestate.NodeState, name string, v *version.Version) error {
 	if v == nil {
 		return nil
 	}
-	return versions.CheckArgs(name, v, componentArgs(st, name, v))
+	a := componentArgs(st, name, v)
+	// --feature-gates given more than once adds each value's gates to the
+	// others' (component-base's feature gate flag), so the check sees
+	// them all.
+	if gates := flagValues(st, name, a, "feature-gates"); len(gates) > 1 {
+		a["feature-gates"] = strings.Join(gates, ",")
+	}
+	return versions.CheckArgs(name, v, a)
 }

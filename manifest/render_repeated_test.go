@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -68,5 +69,23 @@ func TestRenderRepeatedFlag(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// etcd takes --feature-gates more than once and adds each value's gates to
+// the others', so the check that etcd 3.6 refuses an --experimental-* flag
+// beside its gate sees the gates of every value, not the last one's.
+func TestRepeatedFeatureGatesChecked(t *testing.T) {
+	for _, gates := range [][]string{
+		{"InitialCorruptCheck=true", "StopGRPCServiceOnDefrag=true"},
+		{"StopGRPCServiceOnDefrag=true", "InitialCorruptCheck=true"},
+	} {
+		st := loadState(t, "real") // etcd 3.6.16
+		st.SetExtraArg(nodestate.Etcd, "experimental-initial-corrupt-check", "true")
+		st.SetExtraArg(nodestate.Etcd, "feature-gates", gates...)
+		_, err := Render(st, Profile{}, nodestate.Etcd, "")
+		if err == nil || !strings.Contains(err.Error(), "together with its feature gate InitialCorruptCheck") {
+			t.Errorf("--feature-gates %q with --experimental-initial-corrupt-check: %v, want it refused", gates, err)
+		}
 	}
 }
