@@ -56,7 +56,7 @@ func (g *globals) advice(err error) string {
 		return "; if that is what you want (a maintenance window), run it again with --allow-control-plane-down"
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
 		return "; a larger etcd needs a longer --etcd-backup-timeout"
-	case errors.Is(err, cluster.ErrNodeAlive), errors.Is(err, cluster.ErrUnknownNode), errors.Is(err, cluster.ErrForgetSelf):
+	case errors.Is(err, cluster.ErrNodeAlive), errors.Is(err, cluster.ErrUnknownNode), errors.Is(err, cluster.ErrForgetSelf), errors.Is(err, cluster.ErrBusy):
 		return g.forgetAdvice(err)
 	}
 	return ""

@@ -35,7 +35,7 @@ the cluster has no record of. A node with no open transaction is nothing to
 do. Before the next etcd step, remove the dead node's etcd member or replace
 the node: the quorum gate refuses while a member is down (docs/ha.md).`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
+			if len(args) != 1 || args[0] == "" {
 				return cmdLineErrorf("forget-node takes one NODE, the name of the node to forget (got %d arguments); `%s` lists the nodes", len(args), g.cmdline("status --cluster"))
 			}
 			return nil
@@ -94,10 +94,16 @@ func (g *globals) printForget(node string, res *cluster.ForgetResult) {
 	}
 }
 
-// forgetAdvice is what to do about a refused forget-node.
+// forgetAdvice is what to do about a refused forget-node, and about a node
+// that waits for (or gave up on) another node's open transaction: the
+// error says to resume it there; should it never run again, forget-node.
 func (g *globals) forgetAdvice(err error) string {
 	var alive *cluster.AliveError
+	var busy *cluster.BusyError
 	switch {
+	case errors.As(err, &busy):
+		return fmt.Sprintf("; if %s will never run again (its disk or machine is gone), `%s` lets the rollout go on without it (docs/ha.md, \"A node that died for good\")",
+			busy.Progress.Node, g.cmdline("forget-node "+shellQuote(busy.Progress.Node)+" --reason TEXT"))
 	case errors.As(err, &alive):
 		return fmt.Sprintf(". %s is not dead: `stratum-upgrade status` there shows what it does, and its resume ends its transaction (a node cut off: restore its link, docs/ha.md). Forget only a node that will never run stratum-upgrade again, once its lease has run out", alive.Node)
 	case errors.Is(err, cluster.ErrNodeAlive):

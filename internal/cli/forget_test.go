@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -162,6 +163,7 @@ func TestForgetNodeUsage(t *testing.T) {
 	}{
 		{[]string{"forget-node", "--reason", "x"}, ExitUsage, "takes one NODE"},
 		{[]string{"forget-node", "a", "b", "--reason", "x"}, ExitUsage, "takes one NODE"},
+		{[]string{"forget-node", "", "--reason", "x"}, ExitUsage, "takes one NODE"},
 		{[]string{"forget-node", "cp-3"}, ExitUsage, "--reason TEXT is required"},
 		{[]string{"forget-node", "cp-3", "--reason", " "}, ExitUsage, "--reason TEXT is required"},
 		{[]string{"forget-node", "cp-3", "--reason", "gone"}, ExitError, "init --state FILE"},
@@ -170,6 +172,19 @@ func TestForgetNodeUsage(t *testing.T) {
 		code := Main(append(tc.args, "--state-dir", dir), &stdout, &stderr)
 		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("%v: exit %d, want %d saying %q:\n%s", tc.args, code, tc.code, tc.want, stderr.String())
+		}
+	}
+}
+
+// A node that gives up on another node's open transaction is told, beside
+// resuming it there, how to go on without a node that will never run again.
+func TestBusyAdviceNamesForgetNode(t *testing.T) {
+	g := &globals{stateDir: "/srv/stratum"}
+	busy := fmt.Errorf("run: %w (waited 30m0s)", &cluster.BusyError{Progress: cluster.Progress{Node: "cp-3", Txn: "t3", Kind: "upgrade", Phase: "applying"}})
+	msg := g.withAdvice(busy)
+	for _, want := range []string{"stratum-upgrade resume` on cp-3", "`stratum-upgrade forget-node cp-3 --reason TEXT --state-dir /srv/stratum`", "died for good"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q does not say %q", msg, want)
 		}
 	}
 }
