@@ -229,11 +229,12 @@ func (c *Coordinator) alive(ctx context.Context, node string, s *forgetRead) err
 	if err != nil {
 		return fmt.Errorf("%w: the lease of node %s's rollout lock: %v", ErrUnreachable, node, err)
 	}
-	if ttl.TTL <= 0 {
-		return nil // expired: its holder key goes with it
+	if ttl.TTL < 0 {
+		return nil // expired (-1): its holder key goes with it
 	}
+	// etcd's TTL is whole seconds left, rounded down: 0 is still alive.
 	return &AliveError{Node: node, Kind: s.holder.Kind, Since: s.holder.Since, Lease: s.holderLease,
-		Expires: time.Now().Add(time.Duration(ttl.TTL) * time.Second)}
+		Expires: time.Now().Add(time.Duration(ttl.TTL+1) * time.Second)}
 }
 
 // unknown is the *UnknownNodeError for node, listing the nodes with a
