@@ -36,7 +36,7 @@ do. Before the next etcd step, remove the dead node's etcd member or replace
 the node: the quorum gate refuses while a member is down (docs/ha.md).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 || args[0] == "" {
-				return cmdLineErrorf("forget-node takes one NODE, the name of the node to forget (got %d arguments); `%s` lists the nodes", len(args), g.cmdline("status --cluster"))
+				return cmdLineErrorf("forget-node takes one NODE, the name of the node to forget (got %q); `%s` lists the nodes", args, g.cmdline("status --cluster"))
 			}
 			return nil
 		},
