@@ -174,6 +174,12 @@ func TestForgetNodeUsage(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d saying %q:\n%s", tc.args, code, tc.code, tc.want, stderr.String())
 		}
 	}
+	// Completion without a journal (so no etcd to ask): no suggestion, no
+	// file names, no error.
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"__complete", "--state-dir", dir, "forget-node", ""}, &stdout, &stderr); code != ExitOK || stdout.String() != ":4\n" {
+		t.Errorf("completion of NODE: exit %d, %q, want no suggestion and directive 4 (no files)\n%s", code, stdout.String(), stderr.String())
+	}
 }
 
 // A node that gives up on another node's open transaction is told, beside
