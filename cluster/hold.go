@@ -26,10 +26,12 @@ type Hold struct {
 
 // check refuses under the lock: a halt, or another node with a transaction
 // open. A resumed transaction (resume != "") is the node's own, begun when
-// it owned the rollout: neither refuses it.
+// it owned the rollout: neither refuses it, unless Forget closed it since.
 func (h *Hold) check(ctx context.Context, resume string) error {
 	if resume != "" {
-		return nil
+		if forgotten, err := h.forgotten(ctx, resume); err != nil || !forgotten {
+			return err
+		}
 	}
 	v, err := h.c.View(ctx)
 	if err != nil {

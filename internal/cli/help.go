@@ -85,6 +85,9 @@ var conventionsOf = map[string]commandConventions{
 	"clear-halt": {group: "upgrade", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  # After looking at the node whose rollback halted the rollout.
   stratum-upgrade status --cluster
   stratum-upgrade clear-halt`},
+	"forget-node": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # cp-3 died for good mid-upgrade and every other node waits for it.
+  stratum-upgrade status --cluster
+  stratum-upgrade forget-node cp-3 --reason "disk failed; node replaced by cp-4"`},
 	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
   # One transaction with every journaled step.
   stratum-upgrade history 20261202T130405Z-1a2b`},
