@@ -114,18 +114,22 @@ func newRollbackCmd(g *globals) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "rollback [--last]",
-		Short: "Roll back the open transaction, or with --last the last committed upgrade",
+		Short: "Roll back the open transaction, or with --last undo the last committed one",
 		Long: `rollback rolls back the open transaction, whatever its phase: restore its
 snapshot (and etcd's data for a single-member cluster when etcd was changed),
 restart each component it wrote, and wait until every component of the old
 roster answers. It exits 0 when the node is back as it was, 4 when the rollback
 failed.
 
-rollback --last undoes the last committed upgrade from its retained snapshot, as
-a new transaction (kind rollback-last) with the same waits, verification and
-automatic rollback as an upgrade: 0 committed, 3 it failed and was undone, 4 its
-rollback failed. etcd's data is not restored by --last: after a commit it holds
-writes the snapshot does not.
+rollback --last undoes the last committed transaction as a new one (kind
+rollback-last) with the same waits, verification and automatic rollback as an
+upgrade: an upgrade or an apply by putting back its retained snapshot and node
+state, a stop by starting what it stopped, a start by stopping what it started.
+A restart has nothing to undo (exit 0, nothing to do). What it cannot undo (a
+rollback --last, a removed snapshot) is refused before anything is journaled
+(exit 1), naming the command to run instead. Exit 0 committed, 3 it failed and
+was undone, 4 its rollback failed. etcd's data is not restored by --last: after
+a commit it holds writes the snapshot does not.
 
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
@@ -163,7 +167,7 @@ writes the snapshot does not.
 			return err
 		}),
 	}
-	cmd.Flags().BoolVar(&last, "last", false, "roll back the last committed upgrade from its retained snapshot")
+	cmd.Flags().BoolVar(&last, "last", false, "undo the last committed transaction (upgrade, apply, stop or start)")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
 	return cmd
 }
@@ -171,7 +175,7 @@ writes the snapshot does not.
 // noOpenTxn is rollback's error with no transaction open (exit 1): it
 // names the journal looked at, and --last for an upgrade that committed.
 func (g *globals) noOpenTxn() error {
-	return fmt.Errorf("no open transaction to roll back in journal %s; to undo the last committed upgrade, run `%s`", g.journalPath(), g.cmdline("rollback --last"))
+	return fmt.Errorf("no open transaction to roll back in journal %s; to undo the last committed transaction, run `%s`", g.journalPath(), g.cmdline("rollback --last"))
 }
 
 // nothing reports that a command had nothing to do (exit 0).
