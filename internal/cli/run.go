@@ -33,8 +33,9 @@ Output: one line per step with the time since the start and what it waits for;
 with --output json one engine event per line, then a final {"result": ...} line.
 
 A release that changes nothing prints "nothing to do" and exits 0: the node
-already runs it. SIGINT or SIGTERM stops the wait at once and leaves the
-transaction open (exit 6); 'stratum-upgrade resume' continues it.
+already runs it. SIGINT, SIGTERM or SIGHUP stops the wait at once and leaves
+the transaction open (exit 6); 'stratum-upgrade resume' continues it. A closed
+stdout (a pipe whose reader exited) does not stop it.
 
 Before anything is written, run runs the pre-flight checks (upgrade paths,
 version skew, etcd's health when etcd changes; docs/cli.md): a failed check
@@ -188,7 +189,7 @@ func (g *globals) nothing(command, msg string) error {
 }
 
 // drive opens the journal and the store, runs one engine call under a
-// context that SIGINT and SIGTERM cancel, reports every event and the
+// context that SIGINT, SIGTERM and SIGHUP cancel (SIGPIPE ignored), reports every event and the
 // result, and writes the progress and metrics files.
 func (g *globals) drive(command string, call func(context.Context, *engine.Engine, *journal.Journal) (engine.Result, error)) error {
 	j, err := g.openJournal(false)
@@ -213,8 +214,20 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP (the ssh session or terminal went away) is handled as SIGINT
+	// and SIGTERM: the transaction stops at once and stays open for
+	// resume, instead of the process dying wherever it was.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// A closed stdout or stderr (a `| head` that exited, a dropped ssh
+	// session) must not kill a transaction: Go's default exits on SIGPIPE
+	// from a write to fd 1 or 2. Notified, the write fails with EPIPE
+	// instead, and the reporter ignores its write errors. The channel is
+	// never read: a signal delivered to a full channel is dropped. It is
+	// never stopped either: the result and the error are written after
+	// the transaction, and the exit code must still be the transaction's.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
 	res, err := call(ctx, e, j)
 	if errors.Is(err, engine.ErrNothingToDo) || (err == nil && res.Outcome == engine.Nothing) {
 		msg := "nothing to do: no open transaction"
