@@ -96,7 +96,8 @@ func TestRollbackLastEveryVerb(t *testing.T) {
 // TestRollbackNeverDemandsDownComponent: a restart of a component that was
 // not running (its image exits at start) fails, and its rollback restores
 // the manifest without demanding that the component come back: rolled
-// back (exit 3), not rollback-failed (exit 4, before the fix).
+// back (exit 3), not rollback-failed (exit 4, before the fix). So does a
+// stop of another component, whose verify fails on the scheduler.
 func TestRollbackNeverDemandsDownComponent(t *testing.T) {
 	c := downSchedulerNode(t)
 	code, out, errOut := c.su("restart", nodestate.Scheduler, "--replace-timeout=5s", "--active-timeout=5s")
@@ -106,6 +107,22 @@ func TestRollbackNeverDemandsDownComponent(t *testing.T) {
 	contains(t, "restart output", out, "kube-scheduler did not answer before the transaction either: its manifest is restored, the rollback does not wait for it")
 	status := c.want(cli.ExitOK, "status")
 	contains(t, "status after the rollback", status, "transaction:  none open; last ", " restart rolled-back")
+
+	// A stop of another component fails its verify (the scheduler does
+	// not answer); the rollback starts the controller-manager again and
+	// does not demand the scheduler either.
+	code, out, errOut = c.su("stop", nodestate.ControllerManager, "--replace-timeout=5s", "--active-timeout=5s")
+	if code != cli.ExitRolledBack {
+		t.Fatalf("stop on a node whose scheduler was not running: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
+	}
+	contains(t, "stop output", out, "verify: kube-scheduler", "kube-controller-manager: waiting for kube-controller-manager to answer")
+	status = c.want(cli.ExitOK, "status")
+	contains(t, "status after the stop's rollback", status, " stop rolled-back")
+	for _, line := range strings.Split(status, "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[0] == nodestate.ControllerManager && (f[2] != "rendered" || f[3] != "yes") {
+			t.Errorf("the controller-manager after the stop's rollback: %q, want rendered and active", line)
+		}
+	}
 }
 
 // downSchedulerNode is a test bed node whose kube-scheduler never runs
