@@ -162,8 +162,9 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 	if err != nil {
 		return Result{}, err
 	}
-	down := e.downBefore(ctx, p.From)
 	return e.coordinated(ctx, p.From, kind, "", func() (Result, error) {
+		// Asked once the rollout lock is held, right before Begin.
+		down := e.downBefore(ctx, p.From)
 		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored), Down: down})
 		if err != nil {
 			return Result{}, err

@@ -78,8 +78,9 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	down := e.downBefore(ctx, cur)
 	return e.coordinated(ctx, cur, journal.KindRollbackLast, "", func() (Result, error) {
+		// Asked once the rollout lock is held, right before Begin.
+		down := e.downBefore(ctx, cur)
 		txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: to, Source: u.source, Changed: u.plan.Changed(), Targets: u.plan.Targets(), Down: down})
 		if err != nil {
 			return Result{}, err
