@@ -76,7 +76,7 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade resume --prepare`},
 	"rollback": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Undo the open transaction.
   stratum-upgrade rollback --reason "apiserver latency regression"
-  # Undo the last committed upgrade from its snapshot.
+  # Undo the last committed transaction (an upgrade, apply, stop or start).
   stratum-upgrade rollback --last`},
 	"status": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade status
   stratum-upgrade status -o json
