@@ -89,7 +89,7 @@ func TestKubeadmFixturesDerive(t *testing.T) {
 			nodestate.ControllerManager: {"bind-address", "profiling", "terminated-pod-gc-threshold"},
 			nodestate.Scheduler:         {"bind-address", "profiling"},
 		}
-		if !reflect.DeepEqual(st.ExtraArgsOrder, want) || st.ExtraArgs[nodestate.Etcd]["listen-metrics-urls"] != "http://0.0.0.0:2381" {
+		if !reflect.DeepEqual(st.ExtraArgsOrder, want) || !slices.Equal(st.ExtraArgs[nodestate.Etcd]["listen-metrics-urls"], nodestate.ArgValues{"http://0.0.0.0:2381"}) {
 			t.Errorf("%s extra-args: order %v args %v", version, st.ExtraArgsOrder, st.ExtraArgs)
 		}
 	}
@@ -201,7 +201,7 @@ func TestHandEditsAreNamed(t *testing.T) {
 	if !strings.Contains(why, "spec.containers[kube-scheduler].env") {
 		t.Errorf("why = %q, want the env named", why)
 	}
-	if p.State.ExtraArgs[nodestate.ControllerManager]["v"] != "2" {
+	if !slices.Equal(p.State.ExtraArgs[nodestate.ControllerManager]["v"], nodestate.ArgValues{"2"}) {
 		t.Errorf("extra args %v, want the hand-added --v=2", p.State.ExtraArgs)
 	}
 }

@@ -76,8 +76,13 @@ func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 	// kubeadm without a podSubnet lets the network plugin allocate.
 	st.Networking.PodCIDR = or(cm["cluster-cidr"], nodestate.NoPodCIDR)
 	st.Networking.DNSDomain = nodestate.DefaultDNSDomain
-	if d, ok := strings.CutPrefix(api["service-account-issuer"], "https://kubernetes.default.svc."); ok && d != "" {
-		st.Networking.DNSDomain = d
+	// kubeadm derives its issuer from the domain; with several issuers
+	// (tokens rotating to another issuer) that one may be any of them.
+	for _, iss := range valuesOf(argsOf(src.Pods[nodestate.KubeAPIServer]))["service-account-issuer"] {
+		if d, ok := strings.CutPrefix(iss, "https://kubernetes.default.svc."); ok && d != "" {
+			st.Networking.DNSDomain = d
+			break
+		}
 	}
 	st.CACertDirs = caCertDirsOf(src.Pods[nodestate.KubeAPIServer], st.PKIDir)
 	ports := []struct {
@@ -121,33 +126,36 @@ func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 }
 
 // addExtraArgs makes an extra arg of every flag a component runs with that
-// the render of st would not write with the same value. Flags the node
-// state owns (etcd's data-dir, name, ...) are not overridable; a
-// difference there is left for Check to report.
+// the render of st would not write with the same values: a flag given
+// more than once keeps every value, in order (two --service-account-issuer
+// while tokens rotate), and extraArgsOrder records where each value is.
+// Flags the node state owns (etcd's data-dir, name, ...) are not
+// overridable; a difference there is left for Check to report.
 func addExtraArgs(src *Source, st *nodestate.NodeState) error {
 	for _, c := range src.Components() {
 		pod, err := manifest.Render(st, manifest.Profile{}, c, "")
 		if err != nil {
 			return refuse("%s: %v", src.Files[c], err)
 		}
-		rendered := flagsOf(pod)
-		running := flagsOf(src.Pods[c])
-		for _, k := range tailFlags(src.Pods[c], rendered) {
-			v := running[k]
-			if c == nodestate.Etcd && nodestate.OwnedEtcdFlag(k) {
+		rendered := valuesOf(argsOf(pod))
+		running := argsOf(src.Pods[c])
+		values := valuesOf(running)
+		// kubeadm puts its extra args after its own flags in the order
+		// its configuration lists them, so that order is the extra args'.
+		var seq []string
+		for _, a := range running {
+			k := a.Name
+			if slices.Equal(rendered[k], values[k]) || c == nodestate.Etcd && nodestate.OwnedEtcdFlag(k) {
 				continue
 			}
-			if st.ExtraArgs == nil {
-				st.ExtraArgs = map[string]map[string]string{}
-			}
-			if st.ExtraArgs[c] == nil {
-				st.ExtraArgs[c] = map[string]string{}
-			}
-			st.ExtraArgs[c][k] = v
+			st.SetExtraArg(c, k, values[k]...)
+			seq = append(seq, k)
+		}
+		if len(seq) > 0 {
 			if st.ExtraArgsOrder == nil {
 				st.ExtraArgsOrder = map[string][]string{}
 			}
-			st.ExtraArgsOrder[c] = append(st.ExtraArgsOrder[c], k)
+			st.ExtraArgsOrder[c] = orderOf(seq)
 		}
 	}
 	if err := st.Validate(); err != nil {
@@ -159,6 +167,27 @@ func addExtraArgs(src *Source, st *nodestate.NodeState) error {
 		}
 	}
 	return nil
+}
+
+// orderOf is the extraArgsOrder of the extra args seq names, one name per
+// value in command-line order: a flag whose values are together is listed
+// once, one whose values are apart once per value
+// (nodestate.NodeState.ExtraArgList places them back).
+func orderOf(seq []string) []string {
+	runs := map[string]int{}
+	for i, k := range seq {
+		if i == 0 || seq[i-1] != k {
+			runs[k]++
+		}
+	}
+	var out []string
+	for _, k := range seq {
+		if runs[k] == 1 && slices.Contains(out, k) {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // versionOfImage is the Kubernetes version in comp's image tag.
@@ -229,28 +258,6 @@ func cleanDir(d string) string {
 		return ""
 	}
 	return filepath.Clean(d)
-}
-
-// tailFlags is the names of the flags of pod's command line that the
-// render's flags (rendered) do not give with the same value, in the order
-// they appear: kubeadm puts its extra args after its own flags in the
-// order the configuration lists them, so that order is the extra args'.
-func tailFlags(pod *corev1.Pod, rendered map[string]string) []string {
-	c := pod.Spec.Containers[0]
-	var out []string
-	for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
-		if !strings.HasPrefix(a, "--") {
-			continue
-		}
-		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if rv, ok := rendered[k]; ok && rv == v {
-			continue
-		}
-		if !slices.Contains(out, k) {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // caCertDirsOf is the CA certificate directories pod (kubeadm's

@@ -153,22 +153,41 @@ func (s *Source) Components() []string {
 	return out
 }
 
-// flagsOf is a pod's first container's --flag=value arguments (command then
-// args), by name without the dashes; a flag given twice keeps its last
-// value, as the components' flag parsing does.
-func flagsOf(pod *corev1.Pod) map[string]string {
-	out := map[string]string{}
+// argsOf is a pod's first container's --flag=value arguments (command
+// then args) in order, each value of a flag given more than once an Arg of
+// its own, names without the dashes.
+func argsOf(pod *corev1.Pod) []nodestate.Arg {
 	if pod == nil || len(pod.Spec.Containers) == 0 {
-		return out
+		return nil
 	}
 	c := pod.Spec.Containers[0]
-	argv := append(append([]string(nil), c.Command...), c.Args...)
-	for _, a := range argv {
+	var out []nodestate.Arg
+	for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
 		if !strings.HasPrefix(a, "--") {
 			continue
 		}
 		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		out[k] = v
+		out = append(out, nodestate.Arg{Name: k, Value: v})
+	}
+	return out
+}
+
+// flagsOf is a pod's flags by name (argsOf), a flag given twice with its
+// last value, as the components parse a single-valued flag: the node
+// state's fields come from such flags. valuesOf keeps every value.
+func flagsOf(pod *corev1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, a := range argsOf(pod) {
+		out[a.Name] = a.Value
+	}
+	return out
+}
+
+// valuesOf is each flag's values in command-line order.
+func valuesOf(args []nodestate.Arg) map[string][]string {
+	out := map[string][]string{}
+	for _, a := range args {
+		out[a.Name] = append(out[a.Name], a.Value)
 	}
 	return out
 }

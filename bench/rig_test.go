@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -57,12 +56,6 @@ func cpuNow() (time.Duration, int64) {
 
 func newRig(b *testing.B, opts testbed.Options, dl engine.Deadlines) *rig {
 	b.Helper()
-	// The engine runs on one processor, as stratum-upgrade runs it
-	// (cmd/stratum-upgrade/main.go), unless GOMAXPROCS says otherwise.
-	if os.Getenv("GOMAXPROCS") == "" {
-		prev := runtime.GOMAXPROCS(1)
-		b.Cleanup(func() { runtime.GOMAXPROCS(prev) })
-	}
 	root := b.TempDir()
 	logf, err := os.Create(filepath.Join(root, "bench.log"))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -37,20 +38,25 @@ var ErrBeginUnknown = errors.New("whether the cluster recorded the transaction i
 // open. A resumed transaction (resume != "") that the cluster recorded as
 // this node's is its own, begun when it owned the rollout: neither refuses
 // it. One the cluster has no record of (the node crashed between its
-// journal's begin and the cluster's) never owned the rollout, and is
-// checked as a new one.
+// journal's begin and the cluster's) never owned the rollout, and neither
+// does one Forget closed since: each is checked as a new one.
 func (h *Hold) check(ctx context.Context, resume string) error {
 	v, err := h.c.View(ctx)
 	if err != nil {
 		return err
 	}
 	if resume != "" {
-		for _, p := range v.Nodes {
-			if p.Node == h.c.cfg.Node && p.Txn == resume {
-				return nil
-			}
+		forgotten, err := h.forgotten(ctx, resume)
+		if err != nil {
+			return err
 		}
-		h.c.cfg.Log.Info("the cluster has no record of this node's open transaction: checking the halt and the other nodes as for a new one", "txn", resume)
+		recorded := slices.ContainsFunc(v.Nodes, func(p Progress) bool { return p.Node == h.c.cfg.Node && p.Txn == resume })
+		if recorded && !forgotten {
+			return nil
+		}
+		if !recorded {
+			h.c.cfg.Log.Info("the cluster has no record of this node's open transaction: checking the halt and the other nodes as for a new one", "txn", resume)
+		}
 	}
 	if v.Halt != nil {
 		return &HaltedError{Halt: *v.Halt}

@@ -11,10 +11,12 @@ package cluster
 //	/stratum-upgrade/rollout/halt            JSON Halt: set when a transaction ends rolled back
 //	                                          or rollback-failed; only ClearHalt removes it
 //
-// A node's Progress is written only by that node. A node whose Progress is
-// open (no outcome yet) owns the rollout, whether or not its lease still
-// holds the lock: another node refuses to begin until that node's resume
-// ends its transaction. The values are JSON so that etcdctl shows them.
+// A node's Progress is written only by that node, but for Forget (forget.go):
+// an operator's command on another node closes the open transaction of a
+// node that died for good. A node whose Progress is open (no outcome yet)
+// owns the rollout, whether or not its lease still holds the lock: another
+// node refuses to begin until that node's resume ends its transaction. The
+// values are JSON so that etcdctl shows them.
 
 import (
 	"encoding/json"
@@ -40,9 +42,11 @@ type Progress struct {
 	// Phase is the journal phase last reported.
 	Phase string `json:"phase"`
 	// Outcome is empty while the transaction is open, then committed,
-	// rolled-back or rollback-failed.
+	// rolled-back or rollback-failed; forgotten when Forget closed it.
 	Outcome string `json:"outcome,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Forgotten is who closed the transaction in the node's place, and why.
+	Forgotten *Forgotten `json:"forgotten,omitempty"`
 	// To is the target's Kubernetes and etcd versions, for status.
 	To      string    `json:"to,omitempty"`
 	Started time.Time `json:"started"`

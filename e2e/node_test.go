@@ -123,13 +123,7 @@ func resetNodeFrom(t *testing.T, h *Host, spec nodeSpec) *node {
 	st.Etcd.InitialCluster = st.Etcd.MemberName + "=https://" + net.JoinHostPort(st.AdvertiseAddress, strconv.Itoa(st.Ports.EtcdPeer))
 	st.Etcd.InitialClusterState = "new"
 	if spec.real {
-		if st.ExtraArgs == nil {
-			st.ExtraArgs = map[string]map[string]string{}
-		}
-		if st.ExtraArgs[nodestate.KubeAPIServer] == nil {
-			st.ExtraArgs[nodestate.KubeAPIServer] = map[string]string{}
-		}
-		st.ExtraArgs[nodestate.KubeAPIServer]["endpoint-reconciler-type"] = "none"
+		st.SetExtraArg(nodestate.KubeAPIServer, "endpoint-reconciler-type", "none")
 	}
 	if spec.mutate != nil {
 		spec.mutate(st)

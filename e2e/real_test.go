@@ -95,7 +95,7 @@ func realScenarios(t *testing.T, h *Host, rep *report) {
 	t.Run("real-rollback-apiserver-rejects-node-flags", func(t *testing.T) {
 		imported(t)
 		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true, mutate: func(st *nodestate.NodeState) {
-			st.ExtraArgs[nodestate.KubeAPIServer]["feature-gates"] = removedGate + "=true"
+			st.ExtraArgs[nodestate.KubeAPIServer]["feature-gates"] = nodestate.ArgValues{removedGate + "=true"}
 		}})
 		api := n.apiClient(t)
 		api.checkVersion(t, realFrom)

@@ -6,14 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
-	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
-	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
 // Outcome is how a transaction ended.
@@ -187,7 +184,9 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 		return Result{}, err
 	}
 	return e.coordinated(ctx, t, c, p.From, kind, "", func() (Result, error) {
-		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
+		// Asked once the rollout lock is held, right before Begin.
+		down := e.downBefore(ctx, p.From)
+		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored), Down: down})
 		if err != nil {
 			return Result{}, err
 		}
@@ -264,7 +263,7 @@ func (e *Engine) Rollback(ctx context.Context, reason string) (Result, error) {
 		return Result{}, err
 	}
 	if txn == nil {
-		return Result{Outcome: Nothing}, errors.New("no open transaction to roll back; use --last to roll back the last committed upgrade")
+		return Result{Outcome: Nothing}, errors.New("no open transaction to roll back; use --last to undo the last committed transaction")
 	}
 	// driveOwn checks trust before the journal write below: an untrusted
 	// transaction is refused with nothing changed.
@@ -287,75 +286,4 @@ func (e *Engine) startRollback(txn *journal.Txn, reason string) error {
 	}
 	txn.Phase, txn.Reason = journal.PhaseRollingBack, reason
 	return nil
-}
-
-// RollbackLast undoes the last committed upgrade: a new transaction (kind
-// rollback-last) that puts back, component by component, the manifests of
-// that upgrade's retained snapshot, with the same waits, verification and
-// automatic rollback as an upgrade. etcd's data is not restored: after a
-// commit it holds writes the snapshot does not.
-func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
-	if open, err := e.j.OpenTxn(); err != nil {
-		return Result{}, err
-	} else if open != nil {
-		return Result{}, openTxnError(open)
-	}
-	hist, err := e.j.History(0)
-	if err != nil {
-		return Result{}, err
-	}
-	var last *journal.Txn
-	for i := range hist {
-		if hist[i].Phase == journal.PhaseCommitted {
-			last = &hist[i]
-			break
-		}
-	}
-	if last == nil {
-		return Result{}, errors.New("rollback --last: no committed upgrade in the journal")
-	}
-	if last.Kind == journal.KindRollbackLast {
-		return Result{}, fmt.Errorf("rollback --last: the last committed transaction %s is itself a rollback; run an upgrade with a release instead", last.ID)
-	}
-	if _, err := e.trustOpen(last); err != nil {
-		return Result{}, fmt.Errorf("rollback --last: %w", err)
-	}
-	cur, err := e.j.NodeState()
-	if err != nil {
-		return Result{}, err
-	}
-	old, err := nodestate.Parse(last.From)
-	if err != nil {
-		return Result{}, fmt.Errorf("rollback --last: node state before %s: %w", last.ID, err)
-	}
-	snap, err := snapshot.Load(last.SnapshotDir, manifest.DerivedPaths(old))
-	if err != nil {
-		return Result{}, fmt.Errorf("rollback --last: the snapshot of %s is not usable (retention may have removed it): %w", last.ID, err)
-	}
-	plan, err := planFromSnapshot(e.store, cur, old, snap)
-	if err != nil {
-		return Result{}, err
-	}
-	from, _ := cur.Marshal()
-	t, c, err := e.topology(ctx, cur, "")
-	if err != nil {
-		return Result{}, err
-	}
-	if c != nil {
-		defer c.Close()
-	}
-	return e.coordinated(ctx, t, c, cur, journal.KindRollbackLast, "", func() (Result, error) {
-		txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed(), Targets: plan.Targets()})
-		if err != nil {
-			return Result{}, err
-		}
-		if ok, err := e.recordBegin(ctx, &txn, old); err != nil {
-			return Result{Txn: txn.ID}, err
-		} else if !ok {
-			return e.drive(ctx, &txn)
-		}
-		e.event(txn.ID, journal.PhasePlanned, "begin", "", "", fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", ")))
-		e.hit(fault.AfterBegin)
-		return e.drive(ctx, &txn)
-	})
 }

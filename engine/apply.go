@@ -131,9 +131,10 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if err != nil {
 		return err
 	}
-	// A start's component had no process to replace.
+	// A start's component (a stopped one: a start, or the undo of a stop)
+	// had no process to replace.
 	verb, done := "replace", "replaced"
-	if r.txn.Kind == journal.KindStart && p != journal.PhaseRollingBack {
+	if r.from.IsStopped(comp) && p != journal.PhaseRollingBack {
 		verb, done = "start", "started"
 	}
 	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to "+verb+" "+comp, "waiting for kubelet to "+verb+" "+comp)

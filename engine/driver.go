@@ -47,6 +47,9 @@ func (e *Engine) load(txn *journal.Txn) (*run, error) {
 		return nil, fmt.Errorf("transaction %s: node state after: %w", txn.ID, err)
 	}
 	r := &run{txn: txn, from: from, to: to, recs: recs, started: time.Now()}
+	if err := e.wedgedUndo(r); err != nil {
+		return nil, err
+	}
 	if len(txn.Targets) == 0 && txn.Phase.Open() && txn.Phase != journal.PhaseRollingBack {
 		if err := e.pinTargets(r); err != nil {
 			return nil, fmt.Errorf("transaction %s: %w", txn.ID, err)

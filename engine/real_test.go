@@ -279,7 +279,7 @@ func TestRealRejectedFlagRollsBack(t *testing.T) {
 	from, to := kubebuild.Versions[0], kubebuild.Versions[len(kubebuild.Versions)-1]
 	needReal(t, from, to)
 	f := realFixture(t, "testdata/states/real.yaml", from, realEtcd[from], func(st *nodestate.NodeState) {
-		st.ExtraArgs[nodestate.KubeAPIServer]["feature-gates"] = "HostnameOverride=false"
+		st.ExtraArgs[nodestate.KubeAPIServer]["feature-gates"] = nodestate.ArgValues{"HostnameOverride=false"}
 	})
 	api := adminOf(t, f.node)
 	api.putConfigMap("before-rollback", from)

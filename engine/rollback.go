@@ -309,6 +309,9 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, comp string) err
 		return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepDone, Component: comp})
 	}
 	mark, _ := r.find(journal.PhaseRollingBack, journal.StepMark, comp)
+	if r.wasDown(comp) {
+		return e.rollbackDown(r, comp, mark.Stamp)
+	}
 	// The restore wrote the stamped bytes already; the step's write is a
 	// no-op unless a crash came between the restore and its record, or the
 	// file was changed since (then remark takes a fresh mark).
@@ -324,9 +327,10 @@ func (e *Engine) rollbackComponent(ctx context.Context, r *run, comp string) err
 }
 
 // verifyRolledBack verifies the rollback like an upgrade: every component
-// of the old roster answers, then none is replaced again during the soak.
+// of the old roster answers, then none is replaced again during the soak;
+// but for those that did not answer when the transaction began.
 func (e *Engine) verifyRolledBack(ctx context.Context, r *run) error {
-	roster := manifest.NamesFor(r.from)
+	roster := slices.DeleteFunc(manifest.NamesFor(r.from), r.wasDown)
 	for _, comp := range roster {
 		t, err := manifest.Target(r.from, comp)
 		if err != nil {

@@ -33,7 +33,7 @@ func TestCheckStateChange(t *testing.T) {
 		{"nothing", func(*nodestate.NodeState) {}, ""},
 		{"profile", func(s *nodestate.NodeState) { s.Profile.Name = nodestate.ProfileCIS }, ""},
 		{"extra args", func(s *nodestate.NodeState) {
-			s.ExtraArgs = map[string]map[string]string{nodestate.KubeAPIServer: {"event-ttl": "2h"}}
+			s.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.KubeAPIServer: {"event-ttl": {"2h"}}}
 		}, ""},
 		{"pki dir", func(s *nodestate.NodeState) { s.PKIDir = "/srv/pki" }, ""},
 		{"image", func(s *nodestate.NodeState) { s.Images[nodestate.Scheduler] = "registry.k8s.io/kube-scheduler:v1.34.5" }, ""},
@@ -192,9 +192,9 @@ func TestApplyRollsBack(t *testing.T) {
 	f := newFixture(t, testbed.Options{})
 	st := f.node.State
 	to := st.Clone()
-	to.ExtraArgs = map[string]map[string]string{
-		nodestate.KubeAPIServer: {"event-ttl": "2h"},
-		nodestate.Scheduler:     {"bind-address": "192.0.2.10"},
+	to.ExtraArgs = map[string]map[string]nodestate.ArgValues{
+		nodestate.KubeAPIServer: {"event-ttl": {"2h"}},
+		nodestate.Scheduler:     {"bind-address": {"192.0.2.10"}},
 	}
 	before := f.manifests()
 	dl := testDeadlines
@@ -232,7 +232,7 @@ func TestApplyProfileSwitchRollsBack(t *testing.T) {
 	st := f.node.State
 	to := cisState(t, st, filepath.Join(f.node.Root, "etc/stratum/profiles"))
 	good := to.Clone()
-	to.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"bind-address": "192.0.2.10"}}
+	to.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"bind-address": {"192.0.2.10"}}}
 	before := f.manifests()
 	dl := testDeadlines
 	dl.Replace, dl.Active = 10*time.Second, 5*time.Second

@@ -86,8 +86,10 @@ func asideDir(st *nodestate.NodeState, id string) string {
 //     exists it is a directory, not a symlink;
 //   - EtcdBackup is empty or parses, and its path is exactly
 //     <snapshots root>/<ID>.etcd.db, which if it exists is not a symlink;
-//   - Source is empty in an upgrade; in a rollback-last it is exactly
-//     <snapshots root>/<S> of a committed upgrade S of this journal;
+//   - Source is empty in an upgrade; in a rollback-last it is empty or
+//     exactly <snapshots root>/<S> of a committed transaction S of this
+//     journal that is not itself a rollback-last;
+//   - Down names known components;
 //   - Changed and every target and record name known components, and every
 //     target's derived file is a derived path of the node state To;
 //   - a record's AsideDir is empty but in an etcd-restored record, where it
@@ -143,6 +145,11 @@ func (e *Engine) trustTxn(t *journal.Txn, recs []journal.Record) error {
 			return bad("changed", comp, "")
 		}
 	}
+	for _, comp := range t.Down {
+		if !manifest.IsName(comp) {
+			return bad("down", comp, "")
+		}
+	}
 	for _, tg := range t.Targets {
 		if !manifest.IsName(tg.Component) {
 			return bad("targets.component", tg.Component, "")
@@ -183,8 +190,8 @@ func kind(fi fs.FileInfo) string {
 }
 
 // trustSource checks the Source of t: none in an upgrade; in a
-// rollback-last, exactly the snapshot directory of a committed upgrade of
-// this journal.
+// rollback-last, none or exactly the snapshot directory of a committed
+// transaction of this journal other than a rollback-last.
 func (e *Engine) trustSource(t *journal.Txn) error {
 	bad := func(want string) error {
 		return &UntrustedJournalError{Txn: t.ID, Field: "source", Value: t.Source, Want: want}
@@ -202,8 +209,11 @@ func (e *Engine) trustSource(t *journal.Txn) error {
 	if !validTxnID(src) || src == t.ID || t.Source != e.snaps.Path(src) {
 		return bad(e.snaps.Path("<id>") + " of a committed upgrade")
 	}
+	// Only an upgrade's undo names a source now; one of another committed
+	// kind was begun by an older binary, and is trusted so that it can be
+	// rolled back (wedgedUndo).
 	st, err := e.j.Txn(src)
-	if err != nil || st.Kind != journal.KindUpgrade || st.Phase != journal.PhaseCommitted {
+	if err != nil || st.Kind == journal.KindRollbackLast || st.Phase != journal.PhaseCommitted {
 		return bad(e.snaps.Path("<id>") + " of a committed upgrade")
 	}
 	return nil

@@ -204,7 +204,7 @@ func TestPlanStopKeepsTheAPIServersEtcd(t *testing.T) {
 		t.Fatalf("stop etcd and kube-apiserver: %v, %v", plan, err)
 	}
 	st := n.st.Clone()
-	st.ExtraArgs = map[string]map[string]string{nodestate.KubeAPIServer: {"etcd-servers": "https://10.0.0.11:2379,https://10.0.0.12:2379"}}
+	st.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.KubeAPIServer: {"etcd-servers": {"https://10.0.0.11:2379,https://10.0.0.12:2379"}}}
 	if _, err := PlanStop(n.store, st, []string{nodestate.Etcd}, down); err != nil {
 		t.Fatalf("stop etcd alone, the apiserver on other members too: %v", err)
 	}

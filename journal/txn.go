@@ -118,7 +118,13 @@ type Txn struct {
 	// transaction was planned and that the operator let through
 	// (--ignore-preflight-errors); fixed at Begin. Schema 4.
 	IgnoredChecks []IgnoredCheck `json:"ignoredChecks,omitempty"`
-	SnapshotDir   string         `json:"snapshotDir,omitempty"`
+	// Down is the components of the roster that did not answer when the
+	// transaction began (crash-looping, or never started): a rollback
+	// restores their manifests but does not demand that they come back.
+	// Fixed at Begin; absent in a transaction begun by an older binary (a
+	// rollback then demands every component).
+	Down        []string `json:"down,omitempty"`
+	SnapshotDir string   `json:"snapshotDir,omitempty"`
 	// EtcdBackup is opaque to the journal (the engine stores JSON: path,
 	// hash, size, revision).
 	EtcdBackup []byte `json:"etcdBackup,omitempty"`

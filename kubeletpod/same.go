@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -152,11 +153,15 @@ func diffValue(path string, a, b any, out *[]string) {
 }
 
 // diffArgv reports a command line's differences: an argument only on one
-// side, or a --flag whose value differs; order matters only when the same
-// arguments are in another order.
+// side, or a --flag whose values differ. A flag given more than once is
+// one flag with its values in order (kube-apiserver takes
+// --service-account-issuer several times, and the first one issues), so
+// its values in another order, or one of them gone, is named as such.
+// Otherwise order matters only when the same arguments are in another
+// order.
 func diffArgv(path string, a, b []any, out *[]string) {
-	flags := func(l []any) (map[string]string, []string) {
-		m := map[string]string{}
+	flags := func(l []any) (map[string][]string, []string) {
+		m := map[string][]string{}
 		var order []string
 		for _, x := range l {
 			s := fmt.Sprint(x)
@@ -167,7 +172,7 @@ func diffArgv(path string, a, b []any, out *[]string) {
 			if _, dup := m[k]; !dup {
 				order = append(order, k)
 			}
-			m[k] = v
+			m[k] = append(m[k], v)
 		}
 		return m, order
 	}
@@ -179,8 +184,12 @@ func diffArgv(path string, a, b []any, out *[]string) {
 		switch {
 		case !ok:
 			*out = append(*out, fmt.Sprintf("%s: %s removed", path, argv(k, am[k])))
-		case bvv != am[k]:
-			*out = append(*out, fmt.Sprintf("%s: %s -> %s", path, argv(k, am[k]), argv(k, bvv)))
+		case !slices.Equal(bvv, am[k]):
+			line := fmt.Sprintf("%s: %s -> %s", path, argv(k, am[k]), argv(k, bvv))
+			if len(bvv) > 1 && slices.Equal(slices.Sorted(slices.Values(bvv)), slices.Sorted(slices.Values(am[k]))) {
+				line += " (the same values in another order)"
+			}
+			*out = append(*out, line)
 		}
 	}
 	for _, k := range border {
@@ -193,11 +202,17 @@ func diffArgv(path string, a, b []any, out *[]string) {
 	}
 }
 
-func argv(k, v string) string {
-	if v == "" && !strings.HasPrefix(k, "-") {
-		return fmt.Sprintf("%q", k)
+// argv writes flag k with its values as the command line gives them:
+// --k=v once per value; an argument that is no flag quoted.
+func argv(k string, values []string) string {
+	parts := make([]string, len(values))
+	for i, v := range values {
+		parts[i] = k + "=" + v
+		if v == "" && !strings.HasPrefix(k, "-") {
+			parts[i] = fmt.Sprintf("%q", k)
+		}
 	}
-	return k + "=" + v
+	return strings.Join(parts, " ")
 }
 
 // byName indexes two lists of objects by their "name" when every element

@@ -29,7 +29,8 @@ type args map[string]string
 // command is argv as kubeadm's ArgumentsToCommand (cmd/kubeadm/app/util)
 // builds it: the binary, then the rendered flags of a that no extra arg
 // replaces, sorted by name, then st's extra args of the component in
-// their order (nodestate.ExtraArgOrder), each as --name=value.
+// their order (nodestate.ExtraArgList), each value of a flag given more
+// than once as a --name=value of its own.
 func command(st *nodestate.NodeState, name string, a args) []string {
 	out := []string{binaryName(name)}
 	extra := st.ExtraArgs[name]
@@ -38,8 +39,8 @@ func command(st *nodestate.NodeState, name string, a args) []string {
 			out = append(out, "--"+k+"="+a[k])
 		}
 	}
-	for _, k := range st.ExtraArgOrder(name) {
-		out = append(out, "--"+k+"="+extra[k])
+	for _, arg := range st.ExtraArgList(name) {
+		out = append(out, "--"+arg.Name+"="+arg.Value)
 	}
 	return out
 }
@@ -54,7 +55,9 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // componentArgs is the final flag set of a component at version v (see
-// versions.Of), extra args applied.
+// versions.Of), extra args applied. A flag given more than once has its
+// last value here, the one a single-valued flag ends with (the probes and
+// the flag checks read it); flagValues has every value.
 func componentArgs(st *nodestate.NodeState, name string, v *version.Version) args {
 	var a args
 	switch name {
@@ -70,9 +73,22 @@ func componentArgs(st *nodestate.NodeState, name string, v *version.Version) arg
 		return args{}
 	}
 	for k, v := range st.ExtraArgs[name] {
-		a[k] = v
+		a[k] = v.Last()
 	}
 	return a
+}
+
+// flagValues is every value of flag on component name's command line:
+// an extra arg's values in order, or the rendered value a gives (none when
+// a has no such flag).
+func flagValues(st *nodestate.NodeState, name string, a args, flag string) []string {
+	if v, ok := st.ExtraArgs[name][flag]; ok {
+		return v
+	}
+	if v, ok := a[flag]; ok {
+		return []string{v}
+	}
+	return nil
 }
 
 func loopback(st *nodestate.NodeState) string {
@@ -239,5 +255,12 @@ func checkArgs(st *nodestate.NodeState, name string, v *version.Version) error {
 	if v == nil {
 		return nil
 	}
-	return versions.CheckArgs(name, v, componentArgs(st, name, v))
+	a := componentArgs(st, name, v)
+	// --feature-gates given more than once adds each value's gates to the
+	// others' (component-base's feature gate flag), so the check sees
+	// them all.
+	if gates := flagValues(st, name, a, "feature-gates"); len(gates) > 1 {
+		a["feature-gates"] = strings.Join(gates, ",")
+	}
+	return versions.CheckArgs(name, v, a)
 }

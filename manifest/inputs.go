@@ -83,7 +83,8 @@ var startOnlyFlags = map[string][]string{
 }
 
 // listFlags are the start-only flags that take a comma-separated list of
-// files (kube-apiserver's --service-account-key-file is a string slice).
+// files (kube-apiserver's --service-account-key-file is a string slice);
+// given more than once, such a flag reads the files of every value.
 var listFlags = map[string]bool{"service-account-key-file": true}
 
 // reloadSwitches turn a start-only flag into a reloaded one when set to
@@ -125,9 +126,12 @@ func inputPaths(st *nodestate.NodeState, name string, v *version.Version) []stri
 			out = append(out, val)
 			continue
 		}
-		for p := range strings.SplitSeq(val, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
+		// A list flag given more than once accumulates its values.
+		for _, val := range flagValues(st, name, a, flag) {
+			for p := range strings.SplitSeq(val, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					out = append(out, p)
+				}
 			}
 		}
 	}

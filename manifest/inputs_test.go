@@ -241,13 +241,13 @@ func TestInputsExtraArgs(t *testing.T) {
 	st := inputsNode(t)
 	enc := filepath.Join(st.KubeconfigDir, "encryption.yaml")
 	writeInput(t, enc, "first")
-	st.ExtraArgs = map[string]map[string]string{nodestate.KubeAPIServer: {"encryption-provider-config": enc}}
+	st.SetExtraArg(nodestate.KubeAPIServer, "encryption-provider-config", enc)
 	before := inputHashes(t, st)
 	writeInput(t, enc, "rotated")
 	if got := moved(st, before, inputHashes(t, st)); !slices.Equal(got, []string{nodestate.KubeAPIServer}) {
 		t.Fatalf("rewriting the encryption configuration moved %v", got)
 	}
-	st.ExtraArgs[nodestate.KubeAPIServer]["encryption-provider-config-automatic-reload"] = "true"
+	st.SetExtraArg(nodestate.KubeAPIServer, "encryption-provider-config-automatic-reload", "true")
 	before = inputHashes(t, st)
 	writeInput(t, enc, "rotated again")
 	if got := moved(st, before, inputHashes(t, st)); len(got) != 0 {

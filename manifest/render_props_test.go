@@ -353,12 +353,12 @@ func TestComponentFlags(t *testing.T) {
 			// kubeadm's ArgumentsToCommand: the rendered flags sorted by
 			// name, then the extra args in their order.
 			flags := spec.Argv[1:]
-			n := len(flags) - len(c.st.ExtraArgs[c.name])
+			n := len(flags) - len(c.st.ExtraArgList(c.name))
 			if !sort.StringsAreSorted(flagNames(flags[:n])) {
 				t.Errorf("rendered flags are not sorted by name: %v", flags[:n])
 			}
-			for i, k := range c.st.ExtraArgOrder(c.name) {
-				if want := "--" + k + "=" + c.st.ExtraArgs[c.name][k]; flags[n+i] != want {
+			for i, a := range c.st.ExtraArgList(c.name) {
+				if want := "--" + a.Name + "=" + a.Value; flags[n+i] != want {
 					t.Errorf("flag %d is %s, want extra arg %s", n+i, flags[n+i], want)
 				}
 			}
@@ -386,8 +386,8 @@ func flagNames(flags []string) []string {
 
 func TestExtraArgsReplaceAndAdd(t *testing.T) {
 	st := loadState(t, "default")
-	st.ExtraArgs = map[string]map[string]string{
-		nodestate.Scheduler: {"secure-port": "20259", "v": "4", "bind-address": "127.0.0.2"},
+	st.ExtraArgs = map[string]map[string]nodestate.ArgValues{
+		nodestate.Scheduler: {"secure-port": {"20259"}, "v": {"4"}, "bind-address": {"127.0.0.2"}},
 	}
 	pod := renderPod(t, st, Profile{}, nodestate.Scheduler, "")
 	spec, _ := SpecOf(pod, "")

@@ -132,7 +132,7 @@ func TestRenderRefusesWhatTheVersionRefuses(t *testing.T) {
 			st.Images[nodestate.KubeAPIServer] = "registry.k8s.io/kube-apiserver:v1.38.0"
 		}, nodestate.KubeAPIServer, "kube-apiserver 1.38.0 is not supported"},
 		{"etcd both forms", func(st *nodestate.NodeState) {
-			st.ExtraArgs = map[string]map[string]string{nodestate.Etcd: {"experimental-watch-progress-notify-interval": "10s"}}
+			st.SetExtraArg(nodestate.Etcd, "experimental-watch-progress-notify-interval", "10s")
 		}, nodestate.Etcd, "render etcd: --experimental-watch-progress-notify-interval: etcd 3.7.3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

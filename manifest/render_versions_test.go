@@ -59,10 +59,8 @@ func TestRenderAtEverySupportedVersion(t *testing.T) {
 							continue
 						}
 						bogus := st.Clone()
-						if bogus.ExtraArgs == nil {
-							bogus.ExtraArgs = map[string]map[string]string{}
-						}
-						bogus.ExtraArgs[name] = map[string]string{"no-such-flag-anywhere": "1"}
+						delete(bogus.ExtraArgs, name) // its only extra arg: the bogus one
+						bogus.SetExtraArg(name, "no-such-flag-anywhere", "1")
 						if _, err := Render(bogus, prof, name, ""); err == nil || !strings.Contains(err.Error(), "has no such flag") {
 							t.Errorf("Render %s with --no-such-flag-anywhere = %v, want it refused: no flag table?", name, err)
 						}

@@ -98,6 +98,8 @@ func DecodeStrict(b []byte, kind string, out any) error {
 	return nil
 }
 
+var argValuesType = reflect.TypeOf(ArgValues(nil))
+
 // empty reports whether doc holds nothing (a "---" followed by nothing, or
 // only comments).
 func empty(doc *yamlv3.Node) bool {
@@ -117,6 +119,17 @@ func walkNode(n *yamlv3.Node, line int, t reflect.Type, path string) error {
 	}
 	if n.Kind == yamlv3.AliasNode || (n.Kind == yamlv3.ScalarNode && n.Tag == "!!null") {
 		return nil // aliases and nulls: left to the typed decode
+	}
+	if t == argValuesType {
+		// An extra arg: one value, or the list of a flag given more
+		// than once.
+		switch n.Kind {
+		case yamlv3.ScalarNode:
+			return nil
+		case yamlv3.SequenceNode:
+			return walkNode(n, line, reflect.TypeOf([]string(nil)), path)
+		}
+		return &DecodeError{Line: line, Msg: fmt.Sprintf("%s: want a value or a list of values, got %s", path, describeNode(n))}
 	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:

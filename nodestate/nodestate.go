@@ -9,7 +9,6 @@ package nodestate
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -110,13 +109,19 @@ type NodeState struct {
 	// ExtraArgs are extra --flag=value arguments per component. A key that
 	// the renderer also sets replaces the rendered value, except etcd's
 	// flags that come from the etcd, ports and pkiDir fields. A flag the
-	// component's binary at its version does not accept is refused.
-	ExtraArgs map[string]map[string]string `json:"extraArgs,omitempty"`
+	// component's binary at its version does not accept is refused. The
+	// value is a string, or a list of strings for a flag given more than
+	// once (each value is written as --flag=value, in the list's order):
+	// two --service-account-issuer keep an old issuer accepted while
+	// tokens rotate.
+	ExtraArgs map[string]map[string]ArgValues `json:"extraArgs,omitempty"`
 	// ExtraArgsOrder gives, per component, the order of its extra args on
 	// the command line, which follow the rendered flags as kubeadm puts
 	// them (an extra arg that replaces a rendered flag moves there too).
-	// Extra args it does not list follow the listed ones, sorted by name.
-	// init --from-kubeadm records kubeadm's order, which kubelet sees.
+	// A flag with several values is listed once (its values together) or
+	// once per value (each place takes the next value). Extra args it does
+	// not list follow the listed ones, sorted by name. init --from-kubeadm
+	// records kubeadm's order, which kubelet sees.
 	ExtraArgsOrder map[string][]string `json:"extraArgsOrder,omitempty"`
 
 	// Stopped lists the components `stratum-upgrade stop` stopped, in
@@ -330,24 +335,6 @@ func (st *NodeState) Roster() []string {
 			continue
 		}
 		out = append(out, c)
-	}
-	return out
-}
-
-// ExtraArgOrder is the names of comp's extra args in command-line order:
-// those ExtraArgsOrder lists, then the others sorted by name.
-func (st *NodeState) ExtraArgOrder(comp string) []string {
-	extra := st.ExtraArgs[comp]
-	out := make([]string, 0, len(extra))
-	for _, k := range st.ExtraArgsOrder[comp] {
-		if _, ok := extra[k]; ok && !slices.Contains(out, k) {
-			out = append(out, k)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(extra)) {
-		if !slices.Contains(out, k) {
-			out = append(out, k)
-		}
 	}
 	return out
 }

@@ -272,7 +272,7 @@ func TestValidateAdoptionFields(t *testing.T) {
 	}
 	bad := []struct{ name, in, want string }{
 		{"order names no extra arg", valid + extra + "extraArgsOrder:\n  kube-apiserver: [v]\n", `extraArgsOrder.kube-apiserver[0]: "v" is not an extra arg`},
-		{"order twice", valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling, profiling]\n", `extraArgsOrder.kube-apiserver[1]: "profiling" is listed twice`},
+		{"order twice", valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling, profiling]\n", `extraArgsOrder.kube-apiserver[1]: "profiling" is listed 2 times; it has 1 value`},
 		{"ca dir relative", valid + "caCertDirs: [etc/pki]\n", "caCertDirs[0]: must be an absolute, clean path"},
 		{"ca dir ssl certs", valid + "caCertDirs: [/etc/ssl/certs]\n", "caCertDirs[0]: /etc/ssl/certs is always mounted"},
 		{"ca dir twice", valid + "caCertDirs: [/etc/pki, /etc/pki]\n", "caCertDirs[1]: /etc/pki is listed twice"},
@@ -288,8 +288,8 @@ func TestValidateAdoptionFields(t *testing.T) {
 		}
 	}
 	st, _ := Parse([]byte(valid + extra + "extraArgsOrder:\n  kube-apiserver: [profiling]\n"))
-	if got := st.ExtraArgOrder(KubeAPIServer); !reflect.DeepEqual(got, []string{"profiling", "event-ttl"}) {
-		t.Errorf("ExtraArgOrder = %v: want the listed one, then the rest by name", got)
+	if got := st.ExtraArgList(KubeAPIServer); !reflect.DeepEqual(got, []Arg{{"profiling", "false"}, {"event-ttl", "2h"}}) {
+		t.Errorf("ExtraArgList = %v: want the listed one, then the rest by name", got)
 	}
 	if got := st.CACertMountDirs(); !reflect.DeepEqual(got, DefaultCACertDirs) {
 		t.Errorf("CACertMountDirs without caCertDirs = %v", got)

@@ -191,30 +191,7 @@ func (st *NodeState) Validate() error {
 		}
 		seen[p.p] = p.f
 	}
-	for _, c := range slices.Sorted(maps.Keys(st.ExtraArgs)) {
-		if !slices.Contains(roster, c) {
-			bad("extraArgs."+c, "not a component this node runs")
-			continue
-		}
-		for _, k := range slices.Sorted(maps.Keys(st.ExtraArgs[c])) {
-			if !flagName.MatchString(k) {
-				bad("extraArgs."+c+"."+k, "must be a flag name without leading dashes")
-			} else if field, owned := ownedEtcdFlags[k]; c == Etcd && owned {
-				bad("extraArgs.etcd."+k, "set by the node state's %s: the etcd backup and restore use that field, so it cannot be overridden here", field)
-			}
-		}
-	}
-	for _, c := range slices.Sorted(maps.Keys(st.ExtraArgsOrder)) {
-		for i, k := range st.ExtraArgsOrder[c] {
-			field := fmt.Sprintf("extraArgsOrder.%s[%d]", c, i)
-			switch _, ok := st.ExtraArgs[c][k]; {
-			case !ok:
-				bad(field, "%q is not an extra arg of %s (extraArgs.%s)", k, c, c)
-			case slices.Contains(st.ExtraArgsOrder[c][:i], k):
-				bad(field, "%q is listed twice", k)
-			}
-		}
-	}
+	st.validateExtraArgs(roster, bad)
 	for i, d := range st.CACertDirs {
 		switch {
 		case !filepath.IsAbs(d) || filepath.Clean(d) != d:

@@ -1,10 +1,12 @@
 package proc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,7 +37,10 @@ const (
 //
 // A nil *execWatch is valid: it watches nothing.
 type execWatch struct {
-	fd  int
+	fd int
+	// f is a duplicate of fd that Go's runtime poller watches, made at
+	// the first wait (see wait).
+	f   *os.File
 	buf []byte
 	arg []byte
 	// found are the pids relevant saw exec under the watched name, lost
@@ -216,11 +221,36 @@ func eachEvent(b []byte, fn func(ack, what uint32, data []byte)) {
 	}
 }
 
+// wait waits until ready (which reads w's pending events) reports true,
+// deadline passes or ctx ends; ready is asked at once and then each time
+// events arrive. It reports whether ready did.
+//
+// The poller watches a duplicate of the socket made at the first wait,
+// not the socket from the subscription on: every exec on the machine
+// wakes the poller of a process that watches it, which is of no use while
+// nothing waits for an exec (between Arm and the wait, and while the
+// stale processes still run).
+func (w *execWatch) wait(ctx context.Context, deadline time.Time, ready func() bool) (bool, error) {
+	if w.f == nil {
+		fd, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return false, fmt.Errorf("watch exec events: %w", os.NewSyscallError("fcntl", err))
+		}
+		if w.f, err = pollable(fd, "exec events"); err != nil {
+			return false, err
+		}
+	}
+	return waitReadable(ctx, w.f, deadline, func(int) bool { return ready() })
+}
+
 // close ends the subscription.
 func (w *execWatch) close() {
 	if w == nil {
 		return
 	}
 	_ = w.send(0, procCnMcastIgnore)
+	if w.f != nil {
+		w.f.Close()
+	}
 	unix.Close(w.fd)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -128,12 +129,13 @@ const (
 
 // awaitChange pauses a wait for up to d (and no longer than ctx allows)
 // and returns early when something happens that may end the wait, or ctx
-// ends. Without w: one of ps exits (watched on pidfds, on the live procfs
-// only). With w (a WaitReplaced, ps its stale processes): once every one of
-// ps has exited, w reports the exec of a process whose argv[0] base name
-// is binary (or lost events); exits alone do not end the pause, as no
-// process of binary is left then. With nothing to watch it sleeps. It
-// returns why it returned.
+// ends. Without w: every one of ps has exited (watched on pidfds, on the
+// live procfs only). With w (a WaitReplaced, ps its stale processes): once
+// every one of ps has exited, w reports the exec of a process whose
+// argv[0] base name is binary (or lost events). The exits are awaited in
+// turn, as neither wait can end while one of ps runs; a process of binary
+// that starts meanwhile is found by the scan after the pause. With nothing
+// to watch it sleeps. It returns why it returned.
 func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process, w *execWatch, binary string) woke {
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
@@ -141,10 +143,11 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 	if d <= 0 || ctx.Err() != nil {
 		return wokeOther
 	}
-	var pidfds []int
+	deadline := time.Now().Add(d)
+	var exits []*os.File
 	defer func() {
-		for _, fd := range pidfds {
-			unix.Close(fd)
+		for _, f := range exits {
+			f.Close()
 		}
 	}()
 	if s.live {
@@ -155,13 +158,13 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 			}
 			if err != nil {
 				// No pidfds here (a kernel before 5.3): exits are polled.
-				for _, fd := range pidfds {
-					unix.Close(fd)
-				}
-				pidfds = nil
 				break
 			}
-			pidfds = append(pidfds, fd)
+			f, err := pollable(fd, fmt.Sprintf("pidfd of pid %d", p.PID))
+			if err != nil {
+				break
+			}
+			exits = append(exits, f)
 			// The pid may have been reused between the scan and the open:
 			// then the process scanned is gone.
 			ticks, alive, err := s.StartTicks(p.PID)
@@ -169,68 +172,60 @@ func (s *Scanner) awaitChange(ctx context.Context, d time.Duration, ps []Process
 				return wokeExit
 			}
 		}
+		if len(exits) < len(ps) {
+			for _, f := range exits {
+				f.Close()
+			}
+			exits = nil
+		}
 	}
 	switch {
-	case len(pidfds) == 0 && len(ps) > 0:
+	case len(exits) == 0 && len(ps) > 0:
 		// Exits cannot be watched: poll them at the shared pace at most.
 		sleep(ctx, min(d, maxInterval))
 		return wokeOther
-	case len(pidfds) == 0 && w == nil:
+	case len(exits) == 0 && w == nil:
 		sleep(ctx, d)
 		return wokeOther
 	}
-	// Parked in Go's poller on a set of the descriptors; ctx ending wakes
-	// it as the deadline does.
-	set, err := newPollSet()
-	if err != nil {
-		sleep(ctx, d)
-		return wokeOther
-	}
-	defer set.close()
-	// Key -1 is the exec watch, key i the pidfd pidfds[i]. While a process
-	// in ps runs, a WaitReplaced cannot end but by its exit: execs are read
-	// (and those that do not matter dropped) once none of them is left.
-	const watchKey = -1
-	for i, fd := range pidfds {
-		err = errors.Join(err, set.add(fd, int32(i)))
-	}
-	if w != nil && len(pidfds) == 0 {
-		err = errors.Join(err, set.add(w.fd, watchKey))
-	}
-	if err != nil {
-		sleep(ctx, d)
-		return wokeOther
-	}
-	running := len(pidfds)
-	deadline := time.Now().Add(d)
-	for {
-		if time.Until(deadline) <= 0 || ctx.Err() != nil {
-			return wokeOther
-		}
-		keys, err := set.wait(ctx, deadline)
+	// A pidfd is readable once its process has exited (a zombie too).
+	for _, f := range exits {
+		exited, err := waitReadable(ctx, f, deadline, nil)
 		if err != nil {
 			sleep(ctx, time.Until(deadline))
 			return wokeOther
 		}
-		for _, k := range keys {
-			switch {
-			case k == watchKey:
-				if w.relevant(s, binary) {
-					return wokeExec // a process of binary may have started
-				}
-			case w == nil:
-				return wokeExit // a watched process exited
-			default:
-				// A watched process exited: once none is left, a process
-				// of binary starting is what can end the wait.
-				if set.remove(pidfds[k]) != nil {
-					return wokeExit // check again; the next pause rebuilds the set
-				}
-				if running--; running == 0 && set.add(w.fd, watchKey) != nil {
-					return wokeExit
-				}
-			}
+		if !exited {
+			return wokeOther
 		}
+	}
+	if w == nil {
+		return wokeExit
+	}
+	// None of ps is left: a process of binary starting is what can end
+	// the wait. w reads every pending event each time its socket becomes
+	// readable, and is ready once one may matter.
+	seen, err := w.wait(ctx, deadline, func() bool { return w.relevant(s, binary) })
+	switch {
+	case err != nil:
+		sleep(ctx, time.Until(deadline))
+		return wokeOther
+	case seen:
+		return wokeExec
+	}
+	return wokeOther
+}
+
+// sleep pauses for d, or until ctx ends, whichever comes first.
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 || ctx.Err() != nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

@@ -39,7 +39,7 @@ func TestApplyOnTestBed(t *testing.T) {
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
 	next := n.State.Clone()
-	next.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"v": "3"}}
+	next.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"v": {"3"}}}
 	nextFile := filepath.Join(n.Root, "node-next.yaml")
 	if err := next.Save(nextFile); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestApplyOnTestBed(t *testing.T) {
 	// A state whose scheduler cannot listen: rolled back, exit 3, the
 	// manifest and the journal's node state as the commit left them.
 	bad := next.Clone()
-	bad.ExtraArgs[nodestate.Scheduler]["bind-address"] = "192.0.2.10"
+	bad.ExtraArgs[nodestate.Scheduler]["bind-address"] = nodestate.ArgValues{"192.0.2.10"}
 	badFile := filepath.Join(n.Root, "node-bad.yaml")
 	if err := bad.Save(badFile); err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func TestRenderLiveOnTestBed(t *testing.T) {
 
 	// The hand edit: the scheduler's manifest as a state with --v=3 renders it.
 	next := n.State.Clone()
-	next.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"v": "3"}}
+	next.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"v": {"3"}}}
 	prof, err := manifest.LoadProfile(next)
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +336,7 @@ func TestInitForceRollsBack(t *testing.T) {
 	}
 
 	bad := n.State.Clone()
-	bad.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"bind-address": "192.0.2.10"}}
+	bad.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"bind-address": {"192.0.2.10"}}}
 	badFile := filepath.Join(n.Root, "node-bad.yaml")
 	if err := bad.Save(badFile); err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ func TestInitForceRollsBack(t *testing.T) {
 		"rolling back: kube-scheduler", "the node runs what it ran before")
 	contains(t, "init --force error", errOut, "nothing is imported: the journal keeps the node state of "+n.State.NodeName,
 		"run `stratum-upgrade init --force --state "+badFile)
-	if st := journalState(t, c); st.ExtraArgs[nodestate.Scheduler]["bind-address"] != "" {
+	if st := journalState(t, c); len(st.ExtraArgs[nodestate.Scheduler]["bind-address"]) != 0 {
 		t.Errorf("after the rollback the journal holds the new node state: %v", st.ExtraArgs)
 	}
 	// The old render: byte for byte but for the scheduler's restarted-at
@@ -381,14 +381,14 @@ func TestInitForceRollsBack(t *testing.T) {
 
 	// A state that starts: committed, and the journal's node state.
 	next := n.State.Clone()
-	next.ExtraArgs = map[string]map[string]string{nodestate.Scheduler: {"v": "3"}}
+	next.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"v": {"3"}}}
 	nextFile := filepath.Join(n.Root, "node-next.yaml")
 	if err := next.Save(nextFile); err != nil {
 		t.Fatal(err)
 	}
 	out = c.want(cli.ExitOK, "init", "--force", "--state="+nextFile)
 	contains(t, "init --force", out, "\ncommitted ")
-	if st := journalState(t, c); st.ExtraArgs[nodestate.Scheduler]["v"] != "3" {
+	if st := journalState(t, c); st.ExtraArgs[nodestate.Scheduler]["v"].Last() != "3" {
 		t.Errorf("after the commit the journal does not hold the new node state: %v", st.ExtraArgs)
 	}
 	contains(t, "manifest after the commit", readFile(t, filepath.Join(n.ManifestDir, "kube-scheduler.yaml")), "- --v=3\n")

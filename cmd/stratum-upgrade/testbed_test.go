@@ -32,19 +32,7 @@ type cliNode struct {
 // code and output.
 func (c *cliNode) su(args ...string) (int, string, string) {
 	c.t.Helper()
-	argv := append([]string{
-		"--manifest-dir=" + c.node.ManifestDir,
-		"--state-dir=" + c.stateDir,
-		"--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
-	}, args...)
-	if len(args) > 0 && slices.Contains([]string{"init", "render", "run", "apply", "restart", "stop", "start", "resume", "rollback"}, args[0]) {
-		// The transaction flags: only the commands that drive one take
-		// them; one the test gives itself wins (it comes after these).
-		argv = append(argv[:3:3], "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
-			"--metrics-file="+c.metrics)
-		argv = append(argv, args...)
-	}
-	cmd := c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
+	cmd := c.command(args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -58,6 +46,23 @@ func (c *cliNode) su(args ...string) (int, string, string) {
 	}
 	c.t.Logf("stratum-upgrade %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	return code, stdout.String(), stderr.String()
+}
+
+// command is the stratum-upgrade command su runs, not started.
+func (c *cliNode) command(args ...string) *exec.Cmd {
+	argv := append([]string{
+		"--manifest-dir=" + c.node.ManifestDir,
+		"--state-dir=" + c.stateDir,
+		"--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
+	}, args...)
+	if len(args) > 0 && slices.Contains([]string{"init", "render", "run", "apply", "restart", "stop", "start", "resume", "rollback"}, args[0]) {
+		// The transaction flags: only the commands that drive one take
+		// them; one the test gives itself wins (it comes after these).
+		argv = append(argv[:3:3], "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",
+			"--metrics-file="+c.metrics)
+		argv = append(argv, args...)
+	}
+	return c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
 }
 
 func (c *cliNode) want(code int, args ...string) string {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/versions"
@@ -55,6 +56,8 @@ func (g *globals) advice(err error) string {
 		return "; if that is what you want (a maintenance window), run it again with --allow-control-plane-down"
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
 		return "; a larger etcd needs a longer --etcd-backup-timeout"
+	case errors.Is(err, cluster.ErrNodeAlive), errors.Is(err, cluster.ErrUnknownNode), errors.Is(err, cluster.ErrForgetSelf), errors.Is(err, cluster.ErrBusy):
+		return g.forgetAdvice(err)
 	}
 	return ""
 }

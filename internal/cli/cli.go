@@ -54,7 +54,7 @@ const (
 	// ExitBusy: another stratum-upgrade holds the journal, or a transaction
 	// is open and must be resumed or rolled back first.
 	ExitBusy = 5
-	// ExitInterrupted: SIGINT or SIGTERM stopped the command mid-transaction;
+	// ExitInterrupted: SIGINT, SIGTERM or SIGHUP stopped the command mid-transaction;
 	// the transaction stays open and `stratum-upgrade resume` continues it.
 	ExitInterrupted = 6
 )
@@ -88,7 +88,7 @@ var exitCodes = []struct {
 	{ExitRolledBack, "the upgrade failed and was rolled back: the node runs what it ran before"},
 	{ExitRollbackFailed, "the upgrade failed and so did its rollback: the node needs an operator"},
 	{ExitBusy, "busy: another stratum-upgrade holds the journal, or a transaction is\nopen (resume or roll it back first); in a multi-member cluster, another\nnode owns the rollout or it is halted (status --cluster)"},
-	{ExitInterrupted, "interrupted by SIGINT/SIGTERM: the transaction stays open; run resume"},
+	{ExitInterrupted, "interrupted by SIGINT/SIGTERM/SIGHUP: the transaction stays open; run resume"},
 }
 
 // exitCodesHelp is the exit-code list of the --help texts, made from
@@ -360,7 +360,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	}
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
-		newRollbackCmd(g), newStatusCmd(g), newClearHaltCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
+		newRollbackCmd(g), newStatusCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
 	g.conventions(root)
 	return root

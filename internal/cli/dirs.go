@@ -311,3 +311,41 @@ func (g *globals) noJournalAdvice(e *noJournalError) string {
 	b.WriteString(" If not, " + init)
 	return b.String()
 }
+
+// createdDirs says what of the state directory init is about to create.
+type createdDirs struct {
+	journal, stateDir bool
+}
+
+// created is what of the state directory does not exist yet: what init
+// creates, and removes again when it is refused.
+func (g *globals) created() createdDirs {
+	_, jerr := os.Lstat(g.journalPath())
+	_, derr := os.Lstat(g.stateDir)
+	return createdDirs{journal: errors.Is(jerr, fs.ErrNotExist), stateDir: errors.Is(derr, fs.ErrNotExist)}
+}
+
+// remove removes the journal init created, closed, and the state
+// directory if init created it and nothing else is in it. A failure is
+// logged: the refusal stands either way.
+func (c createdDirs) remove(g *globals) {
+	if !c.journal {
+		return
+	}
+	if err := os.Remove(g.journalPath()); err != nil {
+		g.log.Warn("the refused init's new journal is not removed", "err", err)
+		return
+	}
+	if c.stateDir {
+		if err := os.Remove(g.stateDir); err != nil {
+			g.log.Warn("the refused init's new state directory is not removed", "err", err)
+		}
+	}
+}
+
+// noTxnBegun reports whether j holds no transaction (and its history can
+// be read): a refusal came before anything was begun.
+func (g *globals) noTxnBegun(j *journal.Journal) bool {
+	hist, err := j.History(1)
+	return err == nil && len(hist) == 0
+}

@@ -76,7 +76,7 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade resume --prepare`},
 	"rollback": {group: "upgrade", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Undo the open transaction.
   stratum-upgrade rollback --reason "apiserver latency regression"
-  # Undo the last committed upgrade from its snapshot.
+  # Undo the last committed transaction (an upgrade, apply, stop or start).
   stratum-upgrade rollback --last`},
 	"status": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade status
   stratum-upgrade status -o json
@@ -85,6 +85,9 @@ var conventionsOf = map[string]commandConventions{
 	"clear-halt": {group: "upgrade", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage}, example: `  # After looking at the node whose rollback halted the rollout.
   stratum-upgrade status --cluster
   stratum-upgrade clear-halt`},
+	"forget-node": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # cp-3 died for good mid-upgrade and every other node waits for it.
+  stratum-upgrade status --cluster
+  stratum-upgrade forget-node cp-3 --reason "disk failed; node replaced by cp-4"`},
 	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
   # One transaction with every journaled step.
   stratum-upgrade history 20261202T130405Z-1a2b`},

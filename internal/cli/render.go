@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,11 +154,27 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	if err != nil {
 		return err
 	}
+	created := g.created()
 	j, err := g.createJournal(force)
 	if err != nil {
 		return err
 	}
-	defer j.Close()
+	defer func() {
+		if j != nil {
+			j.Close()
+		}
+	}()
+	// refused is what init returns when it is refused before a
+	// transaction began: a journal and state directory it created are
+	// removed, so that nothing is left behind.
+	refused := func(err error) error {
+		if created.journal && g.noTxnBegun(j) {
+			j.Close()
+			j = nil
+			created.remove(g)
+		}
+		return err
+	}
 	if err := refuseOpenTxn(j, "init"); err != nil {
 		return err
 	}
@@ -188,6 +205,14 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 		// runs, never one whose render it does not.
 		return g.replaceLive(j, store, cur, st, stateFile, rp, planErr, opts)
 	}
+	if planErr == nil && rp != nil && len(rp.live) > 0 {
+		// The transaction's own plan and pre-flight checks, before the
+		// state is imported: a refusal imports nothing.
+		if _, err := engine.PlanState(context.Background(), store, g.scanner, st, st, opts); err != nil && !errors.Is(err, engine.ErrNothingToDo) {
+			g.preflightRefused(err)
+			return refused(err)
+		}
+	}
 	if err := j.PutNodeState(st); err != nil {
 		return err
 	}
@@ -198,6 +223,11 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 		return fmt.Errorf("init: the node state is imported but its render could not be planned (fix the cause, then run `%s`): %w", g.cmdline("render"), planErr)
 	}
 	if err := g.renderLive("init", j, store, st, rp, opts, false, fmt.Sprintf("imported node state of %s (%s) into %s", st.NodeName, st.KubernetesVersion, j.Path())); err != nil {
+		if rp != nil && len(rp.live) > 0 && g.noTxnBegun(j) {
+			// Refused before it began (busy, the cluster): the
+			// journal this init created goes with it.
+			return refused(err)
+		}
 		if rp != nil && len(rp.live) > 0 {
 			// The transaction's own outcome; the imported state stays (the
 			// journal held none before).

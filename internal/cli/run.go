@@ -33,8 +33,9 @@ Output: one line per step with the time since the start and what it waits for;
 with --output json one engine event per line, then a final {"result": ...} line.
 
 A release that changes nothing prints "nothing to do" and exits 0: the node
-already runs it. SIGINT or SIGTERM stops the wait at once and leaves the
-transaction open (exit 6); 'stratum-upgrade resume' continues it.
+already runs it. SIGINT, SIGTERM or SIGHUP stops the wait at once and leaves
+the transaction open (exit 6); 'stratum-upgrade resume' continues it. A closed
+stdout (a pipe whose reader exited) does not stop it.
 
 Before anything is written, run runs the pre-flight checks (upgrade paths,
 version skew, etcd's health when etcd changes; docs/cli.md): a failed check
@@ -114,18 +115,22 @@ func newRollbackCmd(g *globals) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "rollback [--last]",
-		Short: "Roll back the open transaction, or with --last the last committed upgrade",
+		Short: "Roll back the open transaction, or with --last undo the last committed one",
 		Long: `rollback rolls back the open transaction, whatever its phase: restore its
 snapshot (and etcd's data for a single-member cluster when etcd was changed),
 restart each component it wrote, and wait until every component of the old
 roster answers. It exits 0 when the node is back as it was, 4 when the rollback
 failed.
 
-rollback --last undoes the last committed upgrade from its retained snapshot, as
-a new transaction (kind rollback-last) with the same waits, verification and
-automatic rollback as an upgrade: 0 committed, 3 it failed and was undone, 4 its
-rollback failed. etcd's data is not restored by --last: after a commit it holds
-writes the snapshot does not.
+rollback --last undoes the last committed transaction as a new one (kind
+rollback-last) with the same waits, verification and automatic rollback as an
+upgrade: an upgrade or an apply by putting back its retained snapshot and node
+state, a stop by starting what it stopped, a start by stopping what it started.
+A restart has nothing to undo (exit 0, nothing to do). What it cannot undo (a
+rollback --last, a removed snapshot) is refused before anything is journaled
+(exit 1), naming the command to run instead. Exit 0 committed, 3 it failed and
+was undone, 4 its rollback failed. etcd's data is not restored by --last: after
+a commit it holds writes the snapshot does not.
 
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
@@ -163,7 +168,7 @@ writes the snapshot does not.
 			return err
 		}),
 	}
-	cmd.Flags().BoolVar(&last, "last", false, "roll back the last committed upgrade from its retained snapshot")
+	cmd.Flags().BoolVar(&last, "last", false, "undo the last committed transaction (upgrade, apply, stop or start)")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
 	return cmd
 }
@@ -171,7 +176,7 @@ writes the snapshot does not.
 // noOpenTxn is rollback's error with no transaction open (exit 1): it
 // names the journal looked at, and --last for an upgrade that committed.
 func (g *globals) noOpenTxn() error {
-	return fmt.Errorf("no open transaction to roll back in journal %s; to undo the last committed upgrade, run `%s`", g.journalPath(), g.cmdline("rollback --last"))
+	return fmt.Errorf("no open transaction to roll back in journal %s; to undo the last committed transaction, run `%s`", g.journalPath(), g.cmdline("rollback --last"))
 }
 
 // nothing reports that a command had nothing to do (exit 0).
@@ -184,7 +189,7 @@ func (g *globals) nothing(command, msg string) error {
 }
 
 // drive opens the journal and the store, runs one engine call under a
-// context that SIGINT and SIGTERM cancel, reports every event and the
+// context that SIGINT, SIGTERM and SIGHUP cancel (SIGPIPE ignored), reports every event and the
 // result, and writes the progress and metrics files.
 func (g *globals) drive(command string, call func(context.Context, *engine.Engine, *journal.Journal) (engine.Result, error)) error {
 	j, err := g.openJournal(false)
@@ -209,8 +214,20 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP (the ssh session or terminal went away) is handled as SIGINT
+	// and SIGTERM: the transaction stops at once and stays open for
+	// resume, instead of the process dying wherever it was.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// A closed stdout or stderr (a `| head` that exited, a dropped ssh
+	// session) must not kill a transaction: Go's default exits on SIGPIPE
+	// from a write to fd 1 or 2. Notified, the write fails with EPIPE
+	// instead, and the reporter ignores its write errors. The channel is
+	// never read: a signal delivered to a full channel is dropped. It is
+	// never stopped either: the result and the error are written after
+	// the transaction, and the exit code must still be the transaction's.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
 	res, err := call(ctx, e, j)
 	if errors.Is(err, engine.ErrNothingToDo) || (err == nil && res.Outcome == engine.Nothing) {
 		msg := "nothing to do: no open transaction"

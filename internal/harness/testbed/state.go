@@ -107,13 +107,7 @@ func (n *Node) prepareState(opts Options, m *member) (*nodestate.NodeState, erro
 	}
 	st.Etcd.InitialClusterState = "new"
 	if opts.Real {
-		if st.ExtraArgs == nil {
-			st.ExtraArgs = map[string]map[string]string{}
-		}
-		if st.ExtraArgs[nodestate.KubeAPIServer] == nil {
-			st.ExtraArgs[nodestate.KubeAPIServer] = map[string]string{}
-		}
-		st.ExtraArgs[nodestate.KubeAPIServer]["endpoint-reconciler-type"] = "none"
+		st.SetExtraArg(nodestate.KubeAPIServer, "endpoint-reconciler-type", "none")
 	}
 	if opts.Mutate != nil {
 		opts.Mutate(st)

@@ -139,12 +139,16 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 		"ports.controllerManager": portInfo(nodestate.DefaultControllerManagerPort),
 		"ports.scheduler":         portInfo(nodestate.DefaultSchedulerPort),
 		"extraArgs": {
-			Type:     "map of component to map of string to string",
+			Type:     "map of component to map of flag name to a string or a list of strings",
 			Required: "no",
 			Default:  "none: every component runs with the rendered flags only",
 			Values: "keys: components the node runs; below each, flag names without the leading " +
 				"dashes (lowercase letters, digits and `-`) and their values as strings (quote a " +
-				"number: `\"10\"`). A flag the renderer sets too takes this value, except etcd's " +
+				"number: `\"10\"`). A flag given more than once takes a list of its values, in " +
+				"command-line order, each written as `--flag=value` (kubeadm's v1beta4 `extraArgs` allow " +
+				"it: two `service-account-issuer`, the first issuing, the other still accepted while " +
+				"tokens rotate); a list of one value is that value, an empty list is refused. " +
+				"A flag the renderer sets too takes this value, except etcd's " +
 				"flags that other fields set, which are refused: " + ownedEtcdFlagList + ". A flag the " +
 				"component's binary at its version does not accept, or refuses beside another, is " +
 				"refused at render time ([versions.md](../versions.md#extra-args))",
@@ -154,7 +158,8 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 			Required: "no",
 			Default:  "none: the extra args follow the rendered flags sorted by name",
 			Values: "keys: components with extra args; each list names some of that component's `extraArgs`, each " +
-				"once. The extra args follow the rendered flags on the command line (one that replaces a rendered flag " +
+				"once, or a flag with several values once per value: listed once, its values are together at that " +
+				"place; listed once per value, each place takes the next value. The extra args follow the rendered flags on the command line (one that replaces a rendered flag " +
 				"moves there too, as kubeadm's ArgumentsToCommand does) in this order, the unlisted ones after them by " +
 				"name. `init --from-kubeadm` records kubeadm's order, since kubelet sees a reordered command line as a new pod",
 		},
