@@ -43,104 +43,124 @@ func (h *Health) OthersOnMinor(minor string) (bool, []string) {
 }
 
 // Versions is what a rollback decides etcd's way back from: every
-// member's status (Health: its etcd version is MemberHealth.Version, ""
-// when it did not answer) and the cluster version etcd reports.
+// member's etcd version and the cluster version, each as the member
+// answered at its own /version endpoint, beside the members' health
+// (Health, as Observe reads it) that a message names.
 type Versions struct {
-	*Health
-	// Cluster is the cluster version the members report at their
-	// /version endpoint ("3.6.0"), the highest of their answers; ""
-	// when none answered, and ClusterErr says why.
-	Cluster    string
-	ClusterErr string
+	Health  *Health
+	Members []MemberVersion
 }
 
-// ReadVersions reads the member list and every member's status through
-// cli (as Observe), and every member's /version at its own client URLs
-// over https with tlsCfg, each within StatusTimeout. It returns an error
-// only when the member list cannot be read.
+// MemberVersion is one member's answer at /version: its etcd version
+// ("3.7.3") and the cluster version it reports ("3.7.0"); both "" when
+// it did not answer, and Err says why.
+type MemberVersion struct {
+	ID      uint64
+	Name    string
+	Server  string
+	Cluster string
+	Err     string
+}
+
+// Cluster is the cluster version the members report, the newest of
+// their answers ("" when none answered): a member that applied the move
+// knows it first.
+func (v *Versions) Cluster() string {
+	c := ""
+	for _, m := range v.Members {
+		if m.Cluster != "" && (c == "" || newer(m.Cluster, c)) {
+			c = m.Cluster
+		}
+	}
+	return c
+}
+
+// ReadVersions reads the members as Observe does (their list, status
+// and alarms), then every member's /version at its own client URLs over
+// https with tlsCfg, all members at once, each within StatusTimeout. It
+// returns an error only when the member list cannot be read.
 func ReadVersions(ctx context.Context, cli *clientv3.Client, tlsCfg *tls.Config, self string) (*Versions, error) {
 	h, err := observe(ctx, cli, self)
 	if err != nil {
 		return nil, err
 	}
-	v := &Versions{Health: h}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: StatusTimeout}
 	defer hc.CloseIdleConnections()
-	var (
-		mu   sync.Mutex
-		errs []string
-		wg   sync.WaitGroup
-	)
-	for _, m := range h.Members {
+	v := &Versions{Health: h, Members: make([]MemberVersion, len(h.Members))}
+	var wg sync.WaitGroup
+	for i, m := range h.Members {
 		wg.Go(func() {
-			cv, err := clusterVersionAt(ctx, hc, m.ClientURLs)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs = append(errs, fmt.Sprintf("%s: %v", orUnknown(m.Name), err))
-			case v.Cluster == "" || newer(cv, v.Cluster):
-				v.Cluster = cv
+			mv := MemberVersion{ID: m.ID, Name: m.Name}
+			server, cluster, err := versionAt(ctx, hc, m.ClientURLs)
+			if err != nil {
+				mv.Err = err.Error()
 			}
+			mv.Server, mv.Cluster = server, cluster
+			v.Members[i] = mv
 		})
 	}
 	wg.Wait()
-	if v.Cluster == "" {
-		v.ClusterErr = "no member answered its /version: " + strings.Join(errs, "; ")
-		if len(h.Members) == 0 {
-			v.ClusterErr = "the member list is empty"
-		}
-	}
 	return v, nil
 }
 
-// clusterVersionAt is the "etcdcluster" of the first of urls that answers
-// its /version (etcd's version endpoint: {"etcdserver", "etcdcluster"}).
-func clusterVersionAt(ctx context.Context, hc *http.Client, urls []string) (string, error) {
-	err := fmt.Errorf("no client URL")
+// versionAt is the answer of the first of urls that answers its /version
+// (etcd's version endpoint: {"etcdserver", "etcdcluster"}). A cluster
+// version etcd has not decided yet ("not_decided") is "".
+func versionAt(ctx context.Context, hc *http.Client, urls []string) (server, cluster string, err error) {
+	err = fmt.Errorf("no client URL (the member has not started)")
 	for _, u := range urls {
-		var cv string
-		if cv, err = getClusterVersion(ctx, hc, strings.TrimSuffix(u, "/")+"/version"); err == nil {
-			return cv, nil
+		if server, cluster, err = getVersion(ctx, hc, strings.TrimSuffix(u, "/")+"/version"); err == nil {
+			return server, cluster, nil
 		}
 	}
-	return "", err
+	return "", "", err
 }
 
-func getClusterVersion(ctx context.Context, hc *http.Client, url string) (string, error) {
+func getVersion(ctx context.Context, hc *http.Client, url string) (server, cluster string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", url, err)
+		return "", "", fmt.Errorf("%s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", url, resp.Status)
+		return "", "", fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	var body struct {
+		Server  string `json:"etcdserver"`
 		Cluster string `json:"etcdcluster"`
 	}
 	if err := json.Unmarshal(b, &body); err != nil {
-		return "", fmt.Errorf("%s: %w", url, err)
+		return "", "", fmt.Errorf("%s: %w", url, err)
 	}
-	// etcd answers "not_decided" until its cluster version is set.
+	if _, err := version.ParseGeneric(body.Server); err != nil {
+		return "", "", fmt.Errorf("%s: etcd version %q: %w", url, body.Server, err)
+	}
 	if _, err := version.ParseGeneric(body.Cluster); err != nil {
-		return "", fmt.Errorf("%s: cluster version %q not decided", url, body.Cluster)
+		body.Cluster = ""
 	}
-	return body.Cluster, nil
+	return body.Server, body.Cluster, nil
 }
 
-// newer reports whether version a is newer than b (both parse: callers
-// keep only versions that do).
+// newer reports whether version a is newer than b; a version that does
+// not parse is never newer.
 func newer(a, b string) bool {
 	va, errA := version.ParseGeneric(a)
 	vb, errB := version.ParseGeneric(b)
-	return errA == nil && errB == nil && vb.LessThan(va)
+	return errA == nil && (errB != nil || vb.LessThan(va))
+}
+
+// MinorAtLeast reports whether version v ("3.7.0") is of minor ("3.7")
+// or newer; false when either does not parse.
+func MinorAtLeast(v, minor string) bool {
+	vv, errV := version.ParseGeneric(v)
+	vm, errM := version.ParseGeneric(minor + ".0")
+	return errV == nil && errM == nil && (vv.Major() > vm.Major() || vv.Major() == vm.Major() && vv.Minor() >= vm.Minor())
 }

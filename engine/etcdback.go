@@ -7,7 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
@@ -33,33 +33,84 @@ func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cl
 	return cluster.ReadVersions(ctx, e.hold.Client(), tlsCfg, st.Etcd.MemberName)
 }
 
-// checkEtcdRollback refuses a rollback that would swap etcd's binary back
-// to an older minor on a member of a multi-member cluster whose other
-// members all run the new minor: the cluster version moves to it within
-// seconds of this member joining (it may have already), and then the old
-// etcd cannot start on the data. The rollback then fails before anything
-// is restored (rollback-failed: the node keeps what it runs, etcd included,
-// and the rollout halts); an operator fixes the failing component and runs
-// the release again, or downgrades etcd with its own downgrade protocol.
-// While a member still runs the old minor the cluster version has not moved
-// and the old binary goes back as in any rollback.
-func (e *Engine) checkEtcdRollback(ctx context.Context, r *run, written []string) error {
-	if (e.hold == nil && e.etcdVersions == nil) || !slices.Contains(written, nodestate.Etcd) {
-		return nil
-	}
+// memberEtcdDecision decides whether the old etcd may be written back on
+// this member of a multi-member cluster, and says why (its data is kept:
+// the other members hold it). When the transaction moved etcd's minor,
+// an old etcd cannot start once the cluster version moved to the new
+// one, which happens within seconds of every member running it. So:
+//
+//   - this member's new etcd never ran (no replaced record, no etcd process
+//     started after its mark): the cluster version cannot have moved
+//     through it, and the old etcd goes back, unless etcd reports the
+//     cluster version moved after all;
+//   - else the cluster version etcd reports decides: moved, refused
+//     (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is);
+//     unread, the rollback pauses (errResumable: exit 6, resume asks
+//     again);
+//   - not moved, while every other member runs the new minor, it moves
+//     as soon as this member answers: refused; a member whose version
+//     cannot be read pauses the rollback (it is never taken for one on
+//     the old minor); a member known to run an older minor holds the
+//     cluster version back, and the old etcd goes back.
+func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error) {
 	from, to, moves := etcdMinors(r)
 	if !moves {
-		return nil
+		return "the other members hold it, and the transaction does not move etcd's minor", nil
 	}
 	self := r.from.Etcd.MemberName
+	ran, ranWhy := e.newerEtcdRan(r, false)
 	v, err := e.readVersions(ctx, r.from)
-	if err != nil {
-		// Unknown is not "safe": the rollback pauses, and resume asks again.
-		return fmt.Errorf("%w: %w: cannot tell whether the other etcd members run %s: %v; nothing was restored", errResumable, ErrEtcdPointOfNoReturn, to, err)
+	cv := ""
+	if err == nil {
+		cv = v.Cluster()
 	}
-	if last, _ := v.OthersOnMinor(to); !last {
-		return nil
+	refuse := func(why string) error {
+		return fmt.Errorf("%w: %s, and etcd %s cannot start on this member's data; nothing was restored: fix the failing component and run the release again (etcd stays %s), or downgrade the cluster with etcd's downgrade protocol first (docs/ha.md)", ErrEtcdPointOfNoReturn, why, from, to)
 	}
-	return fmt.Errorf("%w: every other etcd member runs %s, so with %s on %s too the cluster version is %s and etcd %s cannot start on this member's data; nothing was restored: fix the failing component and run the release again (etcd stays %s), or downgrade the cluster with etcd's downgrade protocol first (docs/ha.md)",
-		ErrEtcdPointOfNoReturn, to, self, to, to, from, to)
+	if cv != "" && cluster.MinorAtLeast(cv, to) {
+		return "", refuse(fmt.Sprintf("the cluster version is %s", cv))
+	}
+	if !ran {
+		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s), so the cluster version cannot have moved to %s through it: the old etcd goes back", to, ranWhy, to), nil
+	}
+	pause := func(what string) error {
+		return fmt.Errorf("%w: waiting for %s: this member's etcd %s ran (%s), so the old etcd goes back only once the cluster version is known to stay %s; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranWhy, from)
+	}
+	switch {
+	case err != nil:
+		return "", pause(fmt.Sprintf("etcd's member list (%v)", err))
+	case cv == "":
+		return "", pause("etcd's cluster version (no member answered its /version)")
+	}
+	var unknown, behind []string
+	selfID := uint64(0)
+	if v.Health != nil {
+		selfID = v.Health.Self
+	}
+	for _, m := range v.Members {
+		switch {
+		case m.ID == selfID:
+		case m.Server == "":
+			unknown = append(unknown, fmt.Sprintf("%s (%s)", memberLabel(m), m.Err))
+		case !cluster.MinorAtLeast(m.Server, to):
+			behind = append(behind, fmt.Sprintf("%s (%s)", memberLabel(m), m.Server))
+		}
+	}
+	switch {
+	case selfID == 0:
+		return "", pause(fmt.Sprintf("%s to be in etcd's member list", self))
+	case len(unknown) > 0:
+		return "", pause(fmt.Sprintf("etcd member %s to answer its version; a member whose version is unknown is never taken for one on %s", strings.Join(unknown, ", "), from))
+	case len(behind) == 0:
+		return "", refuse(fmt.Sprintf("every other etcd member runs %s and this member's etcd %s ran (%s), so the cluster version moves to %s (it is %s now)", to, to, ranWhy, to, cv))
+	}
+	return fmt.Sprintf("the other members hold it; the cluster version is %s and %s run(s) an older minor, so it cannot move to %s: the old etcd goes back", cv, strings.Join(behind, ", "), to), nil
+}
+
+// memberLabel names a member; one that never started has no name yet.
+func memberLabel(m cluster.MemberVersion) string {
+	if m.Name == "" {
+		return fmt.Sprintf("%x", m.ID)
+	}
+	return m.Name
 }
