@@ -54,8 +54,10 @@ func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cl
 //     cluster version back, and the old etcd goes back.
 func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error) {
 	from, to, moves := etcdMinors(r)
-	if !moves {
-		return "the other members hold it, and the transaction does not move etcd's minor", nil
+	if !moves || cluster.MinorAtLeast(from+".0", to) {
+		// Only a newer minor can move the cluster version past the old
+		// etcd (a plan refuses etcd downgrades).
+		return "the other members hold it, and the transaction does not move etcd to a newer minor", nil
 	}
 	self := r.from.Etcd.MemberName
 	ran, ranWhy := e.newerEtcdRan(r, false)

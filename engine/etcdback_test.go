@@ -377,3 +377,25 @@ func TestEtcdRollbackResumeFollowsTheJournaledDecision(t *testing.T) {
 	}
 	n.expectConverged(RolledBack, multiKeepsData)
 }
+
+// Only a newer etcd minor can move the cluster version past the old etcd:
+// a transaction that does not move etcd up (the same minor, or back down,
+// as a rollback of a rollback --last would) keeps the data without asking
+// the cluster.
+func TestEtcdMemberDecisionOnlyForANewerMinor(t *testing.T) {
+	f := &fakeVersions{clusterVersion: "3.6.0", others: map[string]string{"cp-2": "3.6.16", "cp-3": "3.6.16"}}
+	n, engine := newMemNodeMulti(t, f)
+	e := engine()
+	for _, c := range []struct{ from, to string }{{"3.6.16-0", "3.5.35-0"}, {"3.6.16-0", "3.6.17-0"}} {
+		from, to := n.st.Clone(), n.st.Clone()
+		from.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.from
+		to.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.to
+		why, err := e.memberEtcdDecision(t.Context(), &run{txn: &journal.Txn{ID: "t"}, from: from, to: to})
+		if err != nil || !strings.Contains(why, "does not move etcd to a newer minor") {
+			t.Errorf("etcd %s -> %s: %q %v, want the data kept", c.from, c.to, why, err)
+		}
+	}
+	if f.reads != 0 {
+		t.Errorf("the cluster was asked %d times", f.reads)
+	}
+}
