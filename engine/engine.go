@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 	"github.com/ciq/stratum-upgrade/snapshot"
 )
@@ -120,6 +122,10 @@ type Engine struct {
 	// hold is the rollout lock while a transaction of a multi-member
 	// cluster is driven (nil otherwise).
 	hold *cluster.Hold
+	// etcdVersions, when set (tests only), is what a multi-member
+	// rollback reads etcd's versions from instead of the cluster
+	// (etcdback.go).
+	etcdVersions func(ctx context.Context, st *nodestate.NodeState) (*cluster.Versions, error)
 }
 
 // New returns an Engine for cfg.
