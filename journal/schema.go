@@ -81,7 +81,11 @@ it rewrites a txn, refuses the file. Version 5 adds the step "etcd-data"
 (a rollback's decision about etcd's data, "etcdData" keep or restore and
 "why", journaled before it stops etcd); no older file holds one, so its
 migration only moves the version, and a version-4 binary, which would
-ignore the decision and decide again on resume, refuses the file.
+ignore the decision and decide again on resume, refuses the file. Version 5
+also adds the txn field "down" (the components that did not answer when the
+transaction began, which its rollback does not demand back); it came in the
+same release as etcd-data, and a version-4 binary, which would drop it when
+it rewrites a txn, is refused by the same bump.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version

@@ -122,7 +122,7 @@ type Txn struct {
 	// transaction began (crash-looping, or never started): a rollback
 	// restores their manifests but does not demand that they come back.
 	// Fixed at Begin; absent in a transaction begun by an older binary (a
-	// rollback then demands every component).
+	// rollback then demands every component). Schema 5.
 	Down        []string `json:"down,omitempty"`
 	SnapshotDir string   `json:"snapshotDir,omitempty"`
 	// EtcdBackup is opaque to the journal (the engine stores JSON: path,
