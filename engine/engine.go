@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -132,6 +133,10 @@ type Engine struct {
 	// etcdClient, when set, is how this node's etcd member is reached in
 	// place of etcddata.Endpoint (Config.EtcdClient).
 	etcdClient func(*nodestate.NodeState) etcddata.ClientConfig
+	// etcdVersions, when set (tests only), is what a multi-member
+	// rollback reads etcd's versions from instead of the cluster
+	// (etcdback.go).
+	etcdVersions func(ctx context.Context, st *nodestate.NodeState) (*cluster.Versions, error)
 }
 
 // New returns an Engine for cfg.

@@ -16,35 +16,77 @@ import (
 	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
-// restoreEtcd puts etcd's data back when the upgrade had rewritten etcd's
-// manifest, for a single-member cluster: stop etcd, restore the backup into
-// its data dir (the data it wrote is moved aside, not deleted). In a
-// multi-member cluster the other members hold the data; only the manifest
-// is rolled back. Everything that can be checked is checked before etcd is
-// stopped; a restore that fails after the stop leaves the transaction open
-// (errResumable) for resume to finish.
-func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) error {
-	if !slices.Contains(written, nodestate.Etcd) || len(r.txn.EtcdBackup) == 0 {
+// decideEtcd decides, when the transaction wrote etcd's manifest, what
+// becomes of etcd's data, and journals it (StepEtcdData) before the
+// rollback stops etcd: a resume follows the journaled decision whatever
+// runs by then (kubelet may have stopped the old etcd since, or the
+// rollback's own stop). It reports whether the data is restored. For a
+// single member: restored when a newer etcd ran on it (or may have), kept
+// when the old etcd served it all along. In a multi-member cluster the
+// other members hold the data: it is kept, and whether the old etcd may
+// go back at all is decided by memberEtcdDecision, which pauses or
+// refuses the rollback rather than guess.
+func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (bool, error) {
+	if !slices.Contains(written, nodestate.Etcd) {
+		return false, nil
+	}
+	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd); done {
+		return true, nil // restored by a binary that journaled no decision
+	}
+	if d, ok := r.find(journal.PhaseRollingBack, journal.StepEtcdData, nodestate.Etcd); ok {
+		return d.EtcdData == journal.EtcdRestore, nil
+	}
+	data, why := journal.EtcdKeep, ""
+	if !e.top.single() {
+		var err error
+		if why, err = e.memberEtcdDecision(ctx, r); err != nil {
+			return false, err
+		}
+	} else {
+		data, why = e.singleMemberData(r, snap)
+	}
+	msg := "etcd's data is kept: " + why
+	if data == journal.EtcdRestore {
+		msg = "etcd's data is restored from its backup: " + why
+	}
+	e.event(r.txn.ID, r.txn.Phase, "etcd-data", nodestate.Etcd, "", msg)
+	rec := journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: data, Why: why}
+	if err := e.append(r, journal.PhaseRollingBack, rec); err != nil {
+		return false, err
+	}
+	return data == journal.EtcdRestore, nil
+}
+
+// singleMemberData is whether a single member's data is restored, and why.
+// If the manifest on disk is still the snapshot's, the new etcd never ran
+// (a mark is journaled before the write) and its data is the backup's plus
+// what the old etcd wrote since: keep it. The same when the manifest was
+// rewritten but kubelet never started a newer etcd on it: the old one
+// served every write since the backup.
+func (e *Engine) singleMemberData(r *run, snap *snapshot.Loaded) (string, string) {
+	if len(r.txn.EtcdBackup) == 0 {
+		return journal.EtcdKeep, "no backup of etcd's data was taken"
+	}
+	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
+		return journal.EtcdKeep, "etcd's manifest was never rewritten"
+	}
+	ran, why := e.newerEtcdRan(r, true)
+	if ran {
+		return journal.EtcdRestore, "a newer etcd ran on it, or may have: " + why
+	}
+	return journal.EtcdKeep, "no newer etcd ran on it: " + why
+}
+
+// restoreEtcd puts a single member's data back when decideEtcd decided
+// so: stop etcd, restore the backup into its data dir (the data it wrote
+// is moved aside, not deleted). Everything that can be checked is checked
+// before etcd is stopped; a restore that fails after the stop leaves the
+// transaction open (errResumable) for resume to finish.
+func (e *Engine) restoreEtcd(ctx context.Context, r *run, restore bool) error {
+	if !restore {
 		return nil
 	}
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd); done {
-		return nil
-	}
-	if !e.top.single() {
-		e.log.Warn("etcd is a multi-member cluster: its data is not restored, only its manifest; the other members hold the data")
-		return nil
-	}
-	// A mark is journaled before the write: if the manifest on disk is
-	// still the snapshot's, the new etcd never ran and its data is the
-	// backup's plus what the old etcd wrote since. Keep it. The same when
-	// the manifest was rewritten but kubelet never started a newer etcd on
-	// it: the old one served every write since the backup.
-	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
-		e.log.Info("etcd's manifest was never rewritten: its data is not restored")
-		return nil
-	}
-	if ran, why := e.newerEtcdRan(r); !ran {
-		e.log.Info("no newer etcd ran on etcd's data: it is not restored", "why", why)
 		return nil
 	}
 	var b etcddata.Backup
@@ -73,10 +115,13 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 // newerEtcdRan reports whether an etcd started from the upgrade's manifest
 // may have run on etcd's data, and why: its replacement was journaled (the
 // upgrade saw it), or a process of etcd runs that started after its mark,
-// or none runs (unknown: a newer etcd may have run and exited). Only when
-// every running etcd process started before the mark, in this boot, did
-// the old etcd serve the data all along.
-func (e *Engine) newerEtcdRan(r *run) (bool, string) {
+// or /proc cannot be read. When no etcd process runs it answers noneRuns:
+// a newer etcd may have run and exited unseen, which a single member's
+// data restore takes as yes; a member of several takes the journal's
+// word, since the cluster version would show such a run. When every
+// running etcd process started before the mark, in this boot, the old
+// etcd served the data all along.
+func (e *Engine) newerEtcdRan(r *run, noneRuns bool) (bool, string) {
 	if _, ok := r.findIn(journal.StepReplaced, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); ok {
 		return true, "the upgrade saw kubelet replace etcd"
 	}
@@ -95,7 +140,7 @@ func (e *Engine) newerEtcdRan(r *run) (bool, string) {
 	case done:
 		return true, "an etcd started after its manifest was rewritten runs"
 	case len(stale) == 0:
-		return true, "no etcd process runs"
+		return noneRuns, "no etcd process runs and the upgrade never saw one start"
 	}
 	ps, err := e.procs.PIDs(t.Binary)
 	if err != nil || len(ps) != len(stale) {

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/cluster"
@@ -112,34 +111,3 @@ func etcdMinors(r *run) (from, to string, moves bool) {
 // back on a member whose cluster moved (or is moving) to the new one, where
 // it cannot start.
 var ErrEtcdPointOfNoReturn = errors.New("etcd cannot be rolled back past its cluster version")
-
-// checkEtcdRollback refuses a rollback that would swap etcd's binary back
-// to an older minor on a member of a multi-member cluster whose other
-// members all run the new minor: the cluster version moves to it within
-// seconds of this member joining (it may have already), and then the old
-// etcd cannot start on the data. The rollback then fails before anything
-// is restored (rollback-failed: the node keeps what it runs, etcd included,
-// and the rollout halts); an operator fixes the failing component and runs
-// the release again, or downgrades etcd with its own downgrade protocol.
-// While a member still runs the old minor the cluster version has not moved
-// and the old binary goes back as in any rollback.
-func (e *Engine) checkEtcdRollback(ctx context.Context, r *run, written []string) error {
-	if e.hold == nil || !slices.Contains(written, nodestate.Etcd) {
-		return nil
-	}
-	from, to, moves := etcdMinors(r)
-	if !moves {
-		return nil
-	}
-	self := r.from.Etcd.MemberName
-	h, err := cluster.Observe(ctx, e.hold.Client(), self)
-	if err != nil {
-		// Unknown is not "safe": the rollback pauses, and resume asks again.
-		return fmt.Errorf("%w: %w: cannot tell whether the other etcd members run %s: %v; nothing was restored", errResumable, ErrEtcdPointOfNoReturn, to, err)
-	}
-	if last, _ := h.OthersOnMinor(to); !last {
-		return nil
-	}
-	return fmt.Errorf("%w: every other etcd member runs %s, so with %s on %s too the cluster version is %s and etcd %s cannot start on this member's data; nothing was restored: fix the failing component and run the release again (etcd stays %s), or downgrade the cluster with etcd's downgrade protocol first (docs/ha.md)",
-		ErrEtcdPointOfNoReturn, to, self, to, to, from, to)
-}

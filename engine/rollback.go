@@ -164,10 +164,12 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	r.snap = snap
 	_, restored := r.find(journal.PhaseRollingBack, journal.StepRestored, "")
 	if !restored {
-		if err := e.checkEtcdRollback(ctx, r, written); err != nil {
+		// Decided and journaled before anything stops etcd.
+		restore, err := e.decideEtcd(ctx, r, written, snap)
+		if err != nil {
 			return err
 		}
-		if err := e.restoreEtcd(ctx, r, written, snap); err != nil {
+		if err := e.restoreEtcd(ctx, r, restore); err != nil {
 			return err
 		}
 	}

@@ -164,6 +164,13 @@ func (e *Engine) trustTxn(t *journal.Txn, recs []journal.Record) error {
 		if r.Component != "" && !manifest.IsName(r.Component) {
 			return bad("records.component", r.Component, "")
 		}
+		switch {
+		case r.EtcdData == "" && r.Step != journal.StepEtcdData:
+		case r.Step != journal.StepEtcdData || r.Component != nodestate.Etcd:
+			return bad("records.etcdData", r.EtcdData, "")
+		case r.EtcdData != journal.EtcdKeep && r.EtcdData != journal.EtcdRestore:
+			return bad("records.etcdData", r.EtcdData, journal.EtcdKeep+" or "+journal.EtcdRestore)
+		}
 		switch want := asideDir(from, t.ID); {
 		case r.AsideDir == "":
 		case r.Step != journal.StepEtcdRestored:

@@ -287,6 +287,22 @@ func TestTrustTxnRefusesEveryOddValue(t *testing.T) {
 	if err := n.e.trustTxn(ok, []journal.Record{{Step: journal.StepEtcdRestored, Component: nodestate.Etcd, AsideDir: n.st.Etcd.DataDir + ".stratum-pre-rollback-" + good}}); err != nil {
 		t.Fatalf("a well-formed transaction with a snapshot, backup and aside dir: %v", err)
 	}
+	for _, d := range []string{journal.EtcdKeep, journal.EtcdRestore} {
+		if err := n.e.trustTxn(ok, []journal.Record{{Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: d, Why: "w"}}); err != nil {
+			t.Fatalf("an etcd-data record %s: %v", d, err)
+		}
+	}
+	for _, r := range []journal.Record{
+		{Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: "wipe"},
+		{Step: journal.StepEtcdData, Component: nodestate.Etcd},
+		{Step: journal.StepEtcdData, Component: nodestate.Scheduler, EtcdData: journal.EtcdRestore},
+		{Step: journal.StepMark, Component: nodestate.Etcd, EtcdData: journal.EtcdRestore},
+	} {
+		var ue *UntrustedJournalError
+		if err := n.e.trustTxn(ok, []journal.Record{r}); !errors.As(err, &ue) || ue.Field != "records.etcdData" {
+			t.Errorf("record %+v: %v, want a refusal for records.etcdData", r, err)
+		}
+	}
 	for name, c := range map[string]struct {
 		field string
 		fn    func(*journal.Txn)

@@ -151,8 +151,8 @@ func TestMigrateV3(t *testing.T) {
 	setVersion(t, path, 3)
 
 	j = openTest(t, path, Options{})
-	if v, err := j.SchemaVersion(); err != nil || v != 4 {
-		t.Fatalf("SchemaVersion() after migration = %d, %v; want 4", v, err)
+	if v, err := j.SchemaVersion(); err != nil || v != currentVersion {
+		t.Fatalf("SchemaVersion() after migration = %d, %v; want %d", v, err, currentVersion)
 	}
 	got, err := j.Txn(old.ID)
 	must(t, err)
@@ -167,5 +167,35 @@ func TestMigrateV3(t *testing.T) {
 	must(t, err)
 	if !reflect.DeepEqual(got.IgnoredChecks, ignored) {
 		t.Fatalf("ignoredChecks = %+v, want %+v", got.IgnoredChecks, ignored)
+	}
+}
+
+// A version-4 file (no record has the etcd-data step) migrates to version
+// 5 by moving the version alone: an open rollback's records read back as
+// they were, and the decision journaled next reads back with its fields.
+func TestMigrateV4(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stratum.db")
+	j := openTest(t, path, Options{})
+	must(t, j.PutNodeState(testState(t, "v1.34.4")))
+	txn, err := j.Begin(Txn{Kind: KindUpgrade, Changed: []string{"etcd"}})
+	must(t, err)
+	old, err := j.Append(txn.ID, PhaseRollingBack, Record{Step: StepMark, Component: "etcd", Stamp: "s"})
+	must(t, err)
+	must(t, j.Close())
+	setVersion(t, path, 4)
+
+	j = openTest(t, path, Options{})
+	if v, err := j.SchemaVersion(); err != nil || v != 5 {
+		t.Fatalf("SchemaVersion() after migration = %d, %v; want 5", v, err)
+	}
+	_, err = j.Append(txn.ID, PhaseRollingBack, Record{Step: StepEtcdData, Component: "etcd", EtcdData: EtcdKeep, Why: "the old etcd ran"})
+	must(t, err)
+	recs, err := j.Records(txn.ID)
+	must(t, err)
+	if len(recs) != 2 || !reflect.DeepEqual(recs[0], old[0]) {
+		t.Fatalf("records after migration = %+v, want %+v then the decision", recs, old)
+	}
+	if d := recs[1]; d.Step != StepEtcdData || d.EtcdData != EtcdKeep || d.Why != "the old etcd ran" {
+		t.Fatalf("decision read back as %+v", d)
 	}
 }

@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 4 (the current one).
+Schema of the journal file, version 5 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (4)
+	    schema_version            uint64: the schema version of this file (5)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -37,8 +37,9 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	    <txn id>                  nested bucket, one per txn, created by Begin;
 	                              its bbolt sequence numbers its records
 	        <seq>                 uint64 1, 2, ... -> JSON of Record: "step"
-	                              is one of Steps; "processes" (done) and
-	                              "asideDir" (etcd-restored) are typed fields
+	                              is one of Steps; "processes" (done),
+	                              "asideDir" (etcd-restored), "etcdData"
+	                              and "why" (etcd-data) are typed fields
 
 	open                          bucket
 	    txn                       id of the open transaction; absent when no
@@ -76,7 +77,15 @@ else changes, so its migration only moves the version, and a version-2
 binary refuses a file that may hold the new step. Version 4 adds the txn
 field "ignoredChecks"; no older txn has one, so its migration too only
 moves the version, and a version-3 binary, which would drop the field when
-it rewrites a txn, refuses the file.
+it rewrites a txn, refuses the file. Version 5 adds the step "etcd-data"
+(a rollback's decision about etcd's data, "etcdData" keep or restore and
+"why", journaled before it stops etcd); no older file holds one, so its
+migration only moves the version, and a version-4 binary, which would
+ignore the decision and decide again on resume, refuses the file. Version 5
+also adds the txn field "down" (the components that did not answer when the
+transaction began, which its rollback does not demand back); it came in the
+same release as etcd-data, and a version-4 binary, which would drop it when
+it rewrites a txn, is refused by the same bump.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
@@ -97,7 +106,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 4
+const currentVersion = 5
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -133,6 +142,7 @@ var migrations = []migration{
 	{name: "v1 to v2: typed record steps and payloads", run: migrateV1toV2},
 	{name: "v2 to v3: the replaced step", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v3 to v4: the ignored pre-flight checks of a txn", run: func(*bolt.Tx, time.Time) error { return nil }},
+	{name: "v4 to v5: the etcd-data step", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release
@@ -203,7 +213,7 @@ func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("records/%s/%x: %w", id, k, err)
 			}
-			if !r.Step.Known() || r.Step == StepReplaced {
+			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData {
 				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
 			}
 			switch {

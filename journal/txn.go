@@ -122,7 +122,7 @@ type Txn struct {
 	// transaction began (crash-looping, or never started): a rollback
 	// restores their manifests but does not demand that they come back.
 	// Fixed at Begin; absent in a transaction begun by an older binary (a
-	// rollback then demands every component).
+	// rollback then demands every component). Schema 5.
 	Down        []string `json:"down,omitempty"`
 	SnapshotDir string   `json:"snapshotDir,omitempty"`
 	// EtcdBackup is opaque to the journal (the engine stores JSON: path,
@@ -167,7 +167,22 @@ type Record struct {
 	// AsideDir is where the data dir etcd ran on was moved when its backup
 	// was restored (StepEtcdRestored).
 	AsideDir string `json:"asideDir,omitempty"`
+	// EtcdData is a rollback's decision about etcd's data, EtcdKeep or
+	// EtcdRestore, and Why what it was decided from (StepEtcdData).
+	// Schema 5.
+	EtcdData string `json:"etcdData,omitempty"`
+	Why      string `json:"why,omitempty"`
 }
+
+// The decisions of a StepEtcdData record.
+const (
+	// EtcdKeep: etcd's data stays as it is; only its manifest is rolled
+	// back (the old etcd served the data, or the other members hold it).
+	EtcdKeep = "keep"
+	// EtcdRestore: etcd's data is restored from the transaction's backup
+	// (a newer etcd ran on it, or may have).
+	EtcdRestore = "restore"
+)
 
 // Step is what a Record says happened.
 type Step string
@@ -184,6 +199,10 @@ const (
 	StepDone Step = "done"
 	// StepRestored: the manifest snapshot was written back.
 	StepRestored Step = "restored"
+	// StepEtcdData: a rollback decided what becomes of etcd's data
+	// (Record.EtcdData), journaled before it stops etcd; a resumed
+	// rollback follows it. Schema 5.
+	StepEtcdData Step = "etcd-data"
 	// StepEtcdRestored: etcd's data was restored from its backup.
 	StepEtcdRestored Step = "etcd-restored"
 	// StepVerified: the transaction passed its soak and committed.
@@ -191,7 +210,7 @@ const (
 )
 
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdRestored, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }

@@ -1,0 +1,118 @@
+package engine
+
+// Whether a rollback may write the old etcd back on a member of a
+// multi-member cluster whose etcd minor the transaction moved.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// errNoCluster: the rollback holds no connection to its cluster.
+var errNoCluster = errors.New("no connection to the etcd cluster")
+
+// readVersions is every member's status and the cluster version, through
+// the rollout lock's client (or the test seam).
+func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cluster.Versions, error) {
+	if e.etcdVersions != nil {
+		return e.etcdVersions(ctx, st)
+	}
+	if e.hold == nil {
+		return nil, errNoCluster
+	}
+	tlsCfg, err := etcddata.Endpoint(st).TLS()
+	if err != nil {
+		return nil, err
+	}
+	return cluster.ReadVersions(ctx, e.hold.Client(), tlsCfg, st.Etcd.MemberName)
+}
+
+// memberEtcdDecision decides whether the old etcd may be written back on
+// this member of a multi-member cluster, and says why (its data is kept:
+// the other members hold it). When the transaction moved etcd's minor,
+// an old etcd cannot start once the cluster version moved to the new
+// one, which happens within seconds of every member running it. So:
+//
+//   - this member's new etcd never ran (no replaced record, no etcd process
+//     started after its mark): the cluster version cannot have moved
+//     through it, and the old etcd goes back, unless etcd reports the
+//     cluster version moved after all;
+//   - else the cluster version etcd reports decides: moved, refused
+//     (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is);
+//     unread, the rollback pauses (errResumable: exit 6, resume asks
+//     again);
+//   - not moved, while every other member runs the new minor, it moves
+//     as soon as this member answers: refused; a member whose version
+//     cannot be read pauses the rollback (it is never taken for one on
+//     the old minor); a member known to run an older minor holds the
+//     cluster version back, and the old etcd goes back.
+func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error) {
+	from, to, moves := etcdMinors(r)
+	if !moves || cluster.MinorAtLeast(from+".0", to) {
+		// Only a newer minor can move the cluster version past the old
+		// etcd (a plan refuses etcd downgrades).
+		return "the other members hold it, and the transaction does not move etcd to a newer minor", nil
+	}
+	self := r.from.Etcd.MemberName
+	ran, ranWhy := e.newerEtcdRan(r, false)
+	v, err := e.readVersions(ctx, r.from)
+	cv := ""
+	if err == nil {
+		cv = v.Cluster()
+	}
+	refuse := func(why string) error {
+		return fmt.Errorf("%w: %s, and etcd %s cannot start on this member's data; nothing was restored: fix the failing component and run the release again (etcd stays %s), or downgrade the cluster with etcd's downgrade protocol first (docs/ha.md)", ErrEtcdPointOfNoReturn, why, from, to)
+	}
+	if cv != "" && cluster.MinorAtLeast(cv, to) {
+		return "", refuse(fmt.Sprintf("the cluster version is %s", cv))
+	}
+	if !ran {
+		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s), so the cluster version cannot have moved to %s through it: the old etcd goes back", to, ranWhy, to), nil
+	}
+	pause := func(what string) error {
+		return fmt.Errorf("%w: waiting for %s: this member's etcd %s ran (%s), so the old etcd goes back only once the cluster version is known to stay %s; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranWhy, from)
+	}
+	switch {
+	case err != nil:
+		return "", pause(fmt.Sprintf("etcd's member list (%v)", err))
+	case cv == "":
+		return "", pause("etcd's cluster version (no member answered its /version)")
+	}
+	var unknown, behind []string
+	selfID := uint64(0)
+	if v.Health != nil {
+		selfID = v.Health.Self
+	}
+	for _, m := range v.Members {
+		switch {
+		case m.ID == selfID:
+		case m.Server == "":
+			unknown = append(unknown, fmt.Sprintf("%s (%s)", memberLabel(m), m.Err))
+		case !cluster.MinorAtLeast(m.Server, to):
+			behind = append(behind, fmt.Sprintf("%s (%s)", memberLabel(m), m.Server))
+		}
+	}
+	switch {
+	case selfID == 0:
+		return "", pause(fmt.Sprintf("%s to be in etcd's member list", self))
+	case len(unknown) > 0:
+		return "", pause(fmt.Sprintf("etcd member %s to answer its version; a member whose version is unknown is never taken for one on %s", strings.Join(unknown, ", "), from))
+	case len(behind) == 0:
+		return "", refuse(fmt.Sprintf("every other etcd member runs %s and this member's etcd %s ran (%s), so the cluster version moves to %s (it is %s now)", to, to, ranWhy, to, cv))
+	}
+	return fmt.Sprintf("the other members hold it; the cluster version is %s and %s run(s) an older minor, so it cannot move to %s: the old etcd goes back", cv, strings.Join(behind, ", "), to), nil
+}
+
+// memberLabel names a member; one that never started has no name yet.
+func memberLabel(m cluster.MemberVersion) string {
+	if m.Name == "" {
+		return fmt.Sprintf("%x", m.ID)
+	}
+	return m.Name
+}
