@@ -60,9 +60,16 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	u, err := e.planUndo(cur, last)
+	t, c, terr := e.topology(ctx, cur, "")
+	if c != nil {
+		defer c.Close()
+	}
+	u, err := e.planUndo(cur, last, t)
 	if err != nil {
 		return Result{}, err
+	}
+	if terr != nil {
+		return Result{}, terr
 	}
 	// What the transaction will be checked against when it is driven is
 	// checked now, before Begin: a refusal after Begin would leave an open
@@ -78,7 +85,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return e.coordinated(ctx, cur, journal.KindRollbackLast, "", func() (Result, error) {
+	return e.coordinated(ctx, t, c, cur, journal.KindRollbackLast, "", func() (Result, error) {
 		// Asked once the rollout lock is held, right before Begin.
 		down := e.downBefore(ctx, cur)
 		txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: to, Source: u.source, Changed: u.plan.Changed(), Targets: u.plan.Targets(), Down: down})
@@ -111,8 +118,9 @@ func (e *Engine) lastCommitted() (*journal.Txn, error) {
 }
 
 // planUndo is the plan that undoes last, the newest committed transaction,
-// from cur, the journal's node state; or the refusal.
-func (e *Engine) planUndo(cur *nodestate.NodeState, last *journal.Txn) (*undo, error) {
+// from cur, the journal's node state, on a node of topology t; or the
+// refusal.
+func (e *Engine) planUndo(cur *nodestate.NodeState, last *journal.Txn, t topology) (*undo, error) {
 	comps := strings.Join(last.Changed, " ")
 	switch last.Kind {
 	case journal.KindUpgrade:
@@ -124,7 +132,7 @@ func (e *Engine) planUndo(cur *nodestate.NodeState, last *journal.Txn) (*undo, e
 		}
 		return &undo{plan: plan, what: fmt.Sprintf("roll back %s (stop): start %s", last.ID, strings.Join(plan.Changed(), ", "))}, nil
 	case journal.KindStart:
-		plan, err := PlanStop(e.store, cur, last.Changed, StopOptions{})
+		plan, err := PlanStop(e.store, cur, last.Changed, StopOptions{members: t.members})
 		if err != nil {
 			return nil, fmt.Errorf("%w: the last committed transaction %s started %s, and stopping them again is refused: %w; run `stop %s` with the flags it names instead", ErrCannotUndo, last.ID, comps, err, comps)
 		}
