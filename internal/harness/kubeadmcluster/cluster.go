@@ -62,10 +62,19 @@ func Start(t *testing.T, version string) *Cluster {
 			t.Skipf("the real kube-apiserver %s is not built: make real-binaries (or make test-real) builds it", v)
 		}
 	}
+	return start(t, version, []string{nodestate.ControllerManager, nodestate.Scheduler})
+}
+
+// start is Start with the components of standins run by the stand-in.
+func start(t *testing.T, version string, standins []string) *Cluster {
+	t.Helper()
 	tc := testbed.StartCluster(t, Nodes, testbed.Options{
 		NoManifests: true,
 		MutateNode: func(i int, st *nodestate.NodeState) {
+			// The test bed's names node-j, kubeadm's fixtures cp-j. The
+			// state's own member list is never rendered (no manifests).
 			st.NodeName, st.Etcd.MemberName = NodeName(i), NodeName(i)
+			st.Etcd.InitialCluster = strings.ReplaceAll(st.Etcd.InitialCluster, "node-", "cp-")
 		},
 	})
 	c := &Cluster{Cluster: tc, Version: version}
@@ -87,7 +96,7 @@ func Start(t *testing.T, version string) *Cluster {
 			t.Fatal(err)
 		}
 		c.Configs = append(c.Configs, cfg)
-		if err := mapImages(n); err != nil {
+		if err := mapImages(n, standins); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,13 +131,18 @@ func (c *Cluster) join(ctx context.Context, i int, k *Kubeadm) error {
 		}
 		defer cli.Close()
 		peer := testbed.EtcdURLAt(n.State.AdvertiseAddress, n.State.Ports.EtcdPeer)
-		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := cli.MemberAddAsLearner(actx, []string{peer})
-		cancel()
+		// etcd refuses a new member while it does not call the cluster
+		// healthy (a member joined seconds ago); kubeadm retries too.
+		err = retry(ctx, deadline, "add the etcd learner "+peer, func(ctx context.Context) error {
+			resp, err := cli.MemberAddAsLearner(ctx, []string{peer})
+			if err == nil {
+				id = resp.Member.ID
+			}
+			return err
+		})
 		if err != nil {
-			return fmt.Errorf("add the etcd learner %s: %w", peer, err)
+			return err
 		}
-		id = resp.Member.ID
 	}
 	for _, f := range Files {
 		if err := os.WriteFile(filepath.Join(n.ManifestDir, f), []byte(k.Manifests[f]), 0o600); err != nil {
@@ -143,33 +157,45 @@ func (c *Cluster) join(ctx context.Context, i int, k *Kubeadm) error {
 		return err
 	}
 	if cli != nil {
-		for {
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := cli.MemberPromote(pctx, id)
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("promote the etcd learner %x: not promoted within %s: %w", id, JoinTimeout, err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
-			}
+		// A learner is promoted once it has caught up with the leader.
+		err := retry(ctx, deadline, fmt.Sprintf("promote the etcd learner %x", id), func(ctx context.Context) error {
+			_, err := cli.MemberPromote(ctx, id)
+			return err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return n.WaitActive(ctx, time.Until(deadline))
 }
 
-// mapImages maps, on node n, every kubebuild.Versions version's
-// kube-controller-manager and kube-scheduler images to the stand-in (the
-// test bed maps a built version's images to the real binaries: only
-// kube-apiserver stays real), and the etcd image of each version's kubeadm
-// to the real etcd of its minor.
-func mapImages(n *testbed.Node) error {
+// retry calls f (each call given 10 s) every 500 ms until it succeeds, and
+// fails with its last error, saying what it tried, once deadline passed.
+func retry(ctx context.Context, deadline time.Time, what string, f func(context.Context) error) error {
+	for {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := f(fctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: not done by the deadline (%s per node): %w", what, JoinTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// mapImages maps, on node n, every kubebuild.Versions version's image of
+// each of standins to the stand-in (the test bed maps a built version's
+// images to the real binaries), and the etcd image of each version's
+// kubeadm to the real etcd of its minor.
+func mapImages(n *testbed.Node, standins []string) error {
 	for _, v := range kubebuild.Versions {
-		for _, comp := range []string{nodestate.ControllerManager, nodestate.Scheduler} {
+		for _, comp := range standins {
 			img := kubeletsim.Image{Binary: n.StandinBinary(comp), Env: map[string]string{standin.EnvEvents: n.EventsFile}}
 			if err := n.MapImage(testbed.Repos[comp]+":"+v, img); err != nil {
 				return err
