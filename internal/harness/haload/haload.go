@@ -4,7 +4,9 @@
 // nodes, in rotation, that answers, as a load balancer with health checks
 // would), until checked; then every acknowledged write must read back and
 // at least 99.9% of the API requests must have been answered. Check logs
-// both figures as an "HA figures:" line, which make ha collects.
+// both figures as an "HA figures:" line, which make ha collects. The
+// member probe (members.go) counts the etcd members that answer, sampled
+// every 100 ms, for the tests that must never see two of three down.
 package haload
 
 import (
