@@ -277,7 +277,7 @@ func TestHAKubeadmRolloutAtOnce(t *testing.T) {
 	}
 	for _, n := range k.c.Nodes {
 		if _, ok := spans[n.State.NodeName]; !ok {
-			t.Errorf("%s's transaction is not in the rollout's keys: it took no rollout lock, as a single-member node would", n.State.NodeName)
+			t.Errorf("%s has no transaction in the rollout's keys: it began none, or began one without the rollout lock (as a single-member node does)", n.State.NodeName)
 		}
 	}
 	ps := slices.SortedFunc(maps.Values(spans), func(a, b cluster.Progress) int { return a.Started.Compare(b.Started) })
