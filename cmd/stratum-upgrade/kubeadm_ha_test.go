@@ -26,7 +26,6 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeadmcluster"
-	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -290,8 +289,9 @@ func TestHAKubeadmRolloutAtOnce(t *testing.T) {
 
 // TestHAKubeadmLastEtcdFailsToStart: on the same cluster, cp-1 and then
 // cp-2 upgrade; on cp-3, the last member still on etcd 3.6, the release's
-// etcd image runs a program that exits at once: its new etcd never ran,
-// so the cluster version never moved and the old etcd is written back.
+// etcd image is missing (kubelet cannot pull it: ErrImageNeverPull): its
+// new etcd never ran, so the cluster version never moved and the old etcd
+// is written back.
 // The run ends rolled back (exit 3) and halts the rollout; cp-3's member
 // answers on etcd 3.6 again, every member answers, no more than one was
 // ever down, and no acknowledged write is lost.
@@ -302,7 +302,7 @@ func TestHAKubeadmLastEtcdFailsToStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := last.MapImage(etcd, kubeletsim.Image{Binary: "/bin/false"}); err != nil {
+	if err := kubeadmcluster.UnmapImage(last, etcd); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Minute)
@@ -316,8 +316,12 @@ func TestHAKubeadmLastEtcdFailsToStart(t *testing.T) {
 	}
 	var lastRun *bg
 	if len(codes) == 2 && codes[1] == cli.ExitOK {
-		// The new etcd fails for good: a shorter wait for it.
-		lastRun = k.run(2, "--active-timeout=20s")
+		// kubelet never starts the new etcd: a shorter wait for it. The
+		// active timeout stays: after the rollback kube-apiserver,
+		// which never changed, answers its /livez (which checks etcd)
+		// only once its etcd client has reconnected, seen to take more
+		// than 20 s.
+		lastRun = k.run(2, "--replace-timeout=20s")
 		codes = append(codes, lastRun.ended(t, deadline))
 	}
 	// The old etcd back: the member answers again once it rejoined.

@@ -227,6 +227,25 @@ func MapEtcd(n *testbed.Node, ref string) error {
 	return n.MapImage(ref, kubeletsim.Image{Binary: bin})
 }
 
+// UnmapImage removes ref from node n's image map: kubelet then cannot
+// pull it (ErrImageNeverPull), as on a node that lacks the image and
+// cannot reach its registry. The stand-in reads the map at every start.
+func UnmapImage(n *testbed.Node, ref string) error {
+	m, err := kubeletsim.LoadImageMap(n.ImageMapFile)
+	if err != nil {
+		return err
+	}
+	if _, ok := m[ref]; !ok {
+		return fmt.Errorf("image map %s: %s is not mapped", n.ImageMapFile, ref)
+	}
+	delete(m, ref)
+	tmp := n.ImageMapFile + ".new"
+	if err := m.Save(tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, n.ImageMapFile)
+}
+
 // EtcdImage is the etcd image kubeadm of version runs (its defaults
 // fixture's).
 func EtcdImage(version string) (string, error) {
