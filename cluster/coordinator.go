@@ -90,11 +90,14 @@ func orNone(s string) string {
 type Coordinator struct {
 	cfg Config
 	cli *clientv3.Client
+	// members is the member list Connect read.
+	members Members
 }
 
 // Connect reaches the node's own member, reads the member list and returns
 // a Coordinator whose client uses every member's client URL. The caller
-// closes it.
+// closes it. When no endpoint accepts a connection at all, it fails at
+// once (ErrUnreachable).
 func Connect(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 15 * time.Second
@@ -122,6 +125,9 @@ func Connect(ctx context.Context, cfg Config) (*Coordinator, error) {
 			eps = append(eps, u)
 		}
 	}
+	if !anyAccepts(eps, min(dial, time.Second)) {
+		return nil, fmt.Errorf("%w: nothing accepts a connection at %s; check that this node's etcd runs (its container log)", ErrUnreachable, strings.Join(eps, ", "))
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, TLS: tlsCfg, DialTimeout: dial, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, strings.Join(eps, ", "), err)
@@ -135,16 +141,23 @@ func Connect(ctx context.Context, cfg Config) (*Coordinator, error) {
 		cli.Close()
 		return nil, fmt.Errorf("%w: member list from %s: %v; check that this node's etcd runs and the cluster has quorum (etcdctl endpoint health --cluster)", ErrUnreachable, strings.Join(eps, ", "), err)
 	}
+	members := Members{Count: len(ml.Members), At: time.Now().UTC()}
 	for _, m := range ml.Members {
+		members.Names = append(members.Names, m.Name)
 		for _, u := range m.ClientURLs {
 			if !slices.Contains(eps, u) {
 				eps = append(eps, u)
 			}
 		}
 	}
+	members.Names = sortedNames(members.Names)
 	cli.SetEndpoints(eps...)
-	return &Coordinator{cfg: cfg, cli: cli}, nil
+	return &Coordinator{cfg: cfg, cli: cli, members: members}, nil
 }
+
+// Members is the member list Connect read: whether this node is one of
+// several members is decided from it, never from --initial-cluster.
+func (c *Coordinator) Members() Members { return c.members }
 
 // Endpoints is every member's client URL, the node's own first: what
 // Config.Known takes next time.

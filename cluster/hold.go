@@ -5,6 +5,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,18 +23,34 @@ type Hold struct {
 	s        *concurrency.Session
 	m        *concurrency.Mutex
 	progress Progress
+	// beginReported, when set (tests only), is the error Begin's write
+	// reports after it committed: a write that timed out but took effect.
+	beginReported error
 }
 
+// ErrBeginUnknown: the write of a transaction's begin failed and reading it
+// back failed too, so whether the cluster recorded it is unknown; the
+// caller must neither go on nor roll back as though it was never recorded.
+var ErrBeginUnknown = errors.New("whether the cluster recorded the transaction is unknown")
+
 // check refuses under the lock: a halt, or another node with a transaction
-// open. A resumed transaction (resume != "") is the node's own, begun when
-// it owned the rollout: neither refuses it.
+// open. A resumed transaction (resume != "") that the cluster recorded as
+// this node's is its own, begun when it owned the rollout: neither refuses
+// it. One the cluster has no record of (the node crashed between its
+// journal's begin and the cluster's) never owned the rollout, and is
+// checked as a new one.
 func (h *Hold) check(ctx context.Context, resume string) error {
-	if resume != "" {
-		return nil
-	}
 	v, err := h.c.View(ctx)
 	if err != nil {
 		return err
+	}
+	if resume != "" {
+		for _, p := range v.Nodes {
+			if p.Node == h.c.cfg.Node && p.Txn == resume {
+				return nil
+			}
+		}
+		h.c.cfg.Log.Info("the cluster has no record of this node's open transaction: checking the halt and the other nodes as for a new one", "txn", resume)
 	}
 	if v.Halt != nil {
 		return &HaltedError{Halt: *v.Halt}
@@ -55,17 +72,49 @@ func (h *Hold) Begin(ctx context.Context, p Progress) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	r, err := h.c.cli.Txn(ctx).If(h.m.IsOwner()).Then(clientv3.OpPut(nodesPrefix+h.c.cfg.Node, v)).Commit()
+	r, err := h.c.cli.Txn(wctx).If(h.m.IsOwner()).Then(clientv3.OpPut(nodesPrefix+h.c.cfg.Node, v)).Commit()
+	if err == nil && h.beginReported != nil {
+		err = h.beginReported
+	}
 	if err != nil {
-		return fmt.Errorf("%w: record transaction %s: %v", ErrUnreachable, p.Txn, err)
+		// A write that timed out may have taken effect all the same: what
+		// the cluster holds decides, not the error.
+		cur, rerr := h.readBack(ctx)
+		switch {
+		case rerr != nil:
+			return fmt.Errorf("%w: transaction %s: the write failed (%v) and reading it back failed too (%v)", ErrBeginUnknown, p.Txn, err, rerr)
+		case cur == nil || cur.Txn != p.Txn || !cur.Open():
+			return fmt.Errorf("%w: record transaction %s: %v (read back: not recorded)", ErrUnreachable, p.Txn, err)
+		}
+		h.c.cfg.Log.Info("the write of the transaction's begin reported an error but took effect", "txn", p.Txn, "err", err)
+		h.progress = *cur
+		return nil
 	}
 	if !r.Succeeded {
 		return fmt.Errorf("%w: this node's lease expired before transaction %s was recorded; run it again", ErrLockTimeout, p.Txn)
 	}
 	h.progress = p
 	return nil
+}
+
+// readBack reads this node's progress, retrying for up to writeTimeout
+// while etcd does not answer (a leader election after the failed write).
+func (h *Hold) readBack(ctx context.Context) (*Progress, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	for {
+		p, err := h.c.Node(ctx, h.c.cfg.Node)
+		if err == nil {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // Resumed records that the node's open transaction is being driven again.

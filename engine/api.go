@@ -118,7 +118,10 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 // journaled with the transaction (journal.Txn.IgnoredChecks) and each is
 // reported as a "preflight" event.
 func (e *Engine) RunWith(ctx context.Context, rel *Release, raw []byte, opts UpgradeOptions) (Result, error) {
-	return e.change(ctx, journal.KindUpgrade, raw, func(p *Plan) string { return describe(p, true) }, func() (*Plan, error) { return e.PlanWith(ctx, rel, opts) })
+	return e.change(ctx, journal.KindUpgrade, raw, func(p *Plan) string { return describe(p, true) }, func(t topology) (*Plan, error) {
+		opts.members = t.members
+		return e.PlanWith(ctx, rel, opts)
+	})
 }
 
 // PlanState computes what applying the node state to would do (PlanState
@@ -140,22 +143,40 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 // *StateChangeError, nothing written. The transaction is of kind upgrade,
 // with no release.
 func (e *Engine) Apply(ctx context.Context, to *nodestate.NodeState, opts UpgradeOptions) (Result, error) {
-	return e.change(ctx, journal.KindUpgrade, nil, func(p *Plan) string { return describe(p, false) }, func() (*Plan, error) { return e.PlanState(ctx, to, opts) })
+	return e.change(ctx, journal.KindUpgrade, nil, func(p *Plan) string { return describe(p, false) }, func(t topology) (*Plan, error) {
+		opts.members = t.members
+		return e.PlanState(ctx, to, opts)
+	})
 }
 
 // change begins and drives a transaction of kind of the plan that plan
-// returns, once no transaction is open. raw is the release file a run was
+// returns, given this node's topology (read here, once, from the live
+// cluster), once no transaction is open. raw is the release file a run was
 // given, journaled as the transaction's Release; what is the begin event's
 // account of the plan.
-func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(*Plan) string, plan func() (*Plan, error)) (Result, error) {
+func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(*Plan) string, plan func(topology) (*Plan, error)) (Result, error) {
 	if open, err := e.j.OpenTxn(); err != nil {
 		return Result{}, err
 	} else if open != nil {
 		return Result{}, openTxnError(open)
 	}
-	p, err := plan()
+	st, err := e.j.NodeState()
 	if err != nil {
 		return Result{}, err
+	}
+	t, c, terr := e.topology(ctx, st, "")
+	if c != nil {
+		defer c.Close()
+	}
+	// A plan's own refusal (nothing to do, a pre-flight check) comes
+	// first; an unknown topology plans with the stricter single-member
+	// checks, then refuses.
+	p, err := plan(t)
+	if err != nil {
+		return Result{}, err
+	}
+	if terr != nil {
+		return Result{}, terr
 	}
 	from, err := p.From.Marshal()
 	if err != nil {
@@ -165,7 +186,7 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 	if err != nil {
 		return Result{}, err
 	}
-	return e.coordinated(ctx, p.From, kind, "", func() (Result, error) {
+	return e.coordinated(ctx, t, c, p.From, kind, "", func() (Result, error) {
 		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored)})
 		if err != nil {
 			return Result{}, err
@@ -220,7 +241,14 @@ func (e *Engine) driveOwn(ctx context.Context, txn *journal.Txn, first func() er
 	if err != nil {
 		return Result{Txn: txn.ID}, fmt.Errorf("transaction %s: node state before: %w", txn.ID, err)
 	}
-	return e.coordinated(ctx, from, txn.Kind, txn.ID, func() (Result, error) {
+	t, c, err := e.topology(ctx, from, txn.ID)
+	if err != nil {
+		return Result{Txn: txn.ID}, err
+	}
+	if c != nil {
+		defer c.Close()
+	}
+	return e.coordinated(ctx, t, c, from, txn.Kind, txn.ID, func() (Result, error) {
 		if err := first(); err != nil {
 			return Result{Txn: txn.ID}, err
 		}
@@ -309,7 +337,14 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	from, _ := cur.Marshal()
-	return e.coordinated(ctx, cur, journal.KindRollbackLast, "", func() (Result, error) {
+	t, c, err := e.topology(ctx, cur, "")
+	if err != nil {
+		return Result{}, err
+	}
+	if c != nil {
+		defer c.Close()
+	}
+	return e.coordinated(ctx, t, c, cur, journal.KindRollbackLast, "", func() (Result, error) {
 		txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: last.From, Source: last.SnapshotDir, Changed: plan.Changed(), Targets: plan.Targets()})
 		if err != nil {
 			return Result{}, err

@@ -40,11 +40,10 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		}
 		if !resumed {
 			// Before the mark: a refused gate leaves etcd unwritten, and
-			// the rollback leaves its member alone.
-			if r.writes(comp) {
-				if err := e.gateBefore(ctx, r, journal.PhaseApplying, comp); err != nil {
-					return err
-				}
+			// the rollback leaves its member alone. A stop of etcd is
+			// gated as its replacement is.
+			if err := e.gateBefore(ctx, r, journal.PhaseApplying, comp); err != nil {
+				return err
 			}
 			m, err := e.procs.Mark()
 			if err != nil {
@@ -180,6 +179,11 @@ func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodest
 	}
 	if on {
 		return m, nil
+	}
+	// The step's stop is still to come (or under way): it passes the gate
+	// as a fresh step's does.
+	if err := e.resumeGate(ctx, r, p, comp); err != nil {
+		return m, err
 	}
 	if p == journal.PhaseRollingBack || r.writes(comp) {
 		if err := e.stopForWrite(ctx, r, p, st, []string{comp}, false); err != nil {

@@ -27,25 +27,29 @@ type Coordination struct {
 	Wait time.Duration
 }
 
-// coordinated runs f, holding the rollout lock when st's etcd has more than
-// one member. resume is the open transaction being driven again ("" for a
-// new one). f's result decides how the node's progress ends: an outcome
-// ends it (a rollback halts the rollout), an open transaction leaves it
-// open, so that it keeps owning the rollout.
-func (e *Engine) coordinated(ctx context.Context, st *nodestate.NodeState, kind, resume string, f func() (Result, error)) (Result, error) {
-	if st.SingleMember() {
+// coordinated runs f, holding the rollout lock unless t, this node's
+// topology read for this transaction, says its etcd is the cluster's only
+// member. c is the coordinator t was read through (nil when etcd could not
+// be reached then: it is connected again here, and a cluster that cannot be
+// reached ends the command). resume is the open transaction being driven
+// again ("" for a new one). f's result decides how the node's progress
+// ends: an outcome ends it (a rollback halts the rollout), an open
+// transaction leaves it open, so that it keeps owning the rollout.
+func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordinator, st *nodestate.NodeState, kind, resume string, f func() (Result, error)) (Result, error) {
+	e.top = t
+	defer func() { e.top = topology{} }()
+	e.keep(t, c)
+	if t.single() {
 		return f()
 	}
-	cfg := e.clusterConfig(st)
-	cfg.Waiting = func(h cluster.Holder) {
-		e.event(resume, "", "cluster-lock", "", "the rollout lock", waitingMessage(h))
+	if c == nil {
+		var err error
+		if c, err = cluster.Connect(ctx, e.clusterConfig(st, resume)); err != nil {
+			return Result{Txn: resume}, fmt.Errorf("this node's etcd is one of %d members (%s), and the cluster must be reached for the rollout lock: %w", t.members, t.source, err)
+		}
+		defer c.Close()
+		e.saveEndpoints(c.Endpoints())
 	}
-	c, err := cluster.Connect(ctx, cfg)
-	if err != nil {
-		return Result{Txn: resume}, err
-	}
-	defer c.Close()
-	e.saveEndpoints(c.Endpoints())
 	h, err := c.Acquire(ctx, kind, resume)
 	if err != nil {
 		return Result{Txn: resume}, err
@@ -75,17 +79,30 @@ func waitingMessage(h cluster.Holder) string {
 }
 
 // clusterConfig is how this node, of state st, reaches its cluster: its
-// own member first, then the endpoints the last coordination kept.
-func (e *Engine) clusterConfig(st *nodestate.NodeState) cluster.Config {
+// own member first, then the endpoints the last coordination kept. txn
+// names the transaction a wait for the lock is reported under.
+func (e *Engine) clusterConfig(st *nodestate.NodeState, txn string) cluster.Config {
+	local := etcddata.Endpoint(st)
+	if e.etcdClient != nil {
+		local = e.etcdClient(st)
+	}
 	return cluster.Config{
-		Local: etcddata.Endpoint(st), Known: e.knownEndpoints(), Node: st.NodeName,
+		Local: local, Known: e.knownEndpoints(), Node: st.NodeName,
 		TTL: e.coord.TTL, Wait: e.coord.Wait, Log: e.log,
+		Waiting: func(h cluster.Holder) {
+			e.event(txn, "", "cluster-lock", "", "the rollout lock", waitingMessage(h))
+		},
 	}
 }
 
 // recordBegin records a new transaction as this node's open one. Should the
-// cluster refuse it (the lease expired while it waited), the transaction is
-// rolled back before anything was done, and the rollout is not halted.
+// cluster refuse it (the lease expired while it waited, or a write that
+// failed and was read back unrecorded), the transaction is rolled back
+// before anything was done, and the rollout is not halted. When whether
+// the cluster recorded it is unknown (the write and its read-back failed),
+// nothing is decided: the transaction stays open, untouched, and the run
+// ends interrupted; resume drives it once the cluster answers, after the
+// halt and busy checks if the cluster has no record of it.
 func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestate.NodeState) (bool, error) {
 	if e.hold == nil {
 		return true, nil
@@ -93,6 +110,9 @@ func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestat
 	err := e.hold.Begin(ctx, cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to)})
 	if err == nil {
 		return true, nil
+	}
+	if errors.Is(err, cluster.ErrBeginUnknown) {
+		return false, fmt.Errorf("%w before anything was changed: %v; run `stratum-upgrade resume` once the cluster's etcd answers: %w", ErrInterrupted, err, ErrStillOpen)
 	}
 	reason := fmt.Sprintf("the cluster could not record the transaction, so nothing was changed: %v", err)
 	if uerr := e.startRollback(txn, reason); uerr != nil {
@@ -153,7 +173,7 @@ func (e *Engine) saveEndpoints(eps []string) {
 // (the link dropped, etcd lost quorum) after the journal had ended it, and
 // every other node waits for it while the cluster says so, and a rollback's
 // halt is missing. Resume calls it when no transaction is open. A single
-// member, a journal without a node state or an ended transaction, and a
+// member (its live member list), a journal without a node state or an ended transaction, and a
 // cluster that already knows are nothing to do; a cluster it cannot reach
 // is a warning only, since the node itself needs nothing.
 func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
@@ -165,9 +185,6 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 	if err != nil {
 		return nothing, err
 	}
-	if st.SingleMember() {
-		return nothing, nil
-	}
 	hist, err := e.j.History(1)
 	if err != nil {
 		return nothing, err
@@ -176,12 +193,23 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 		return nothing, nil
 	}
 	last := hist[0]
-	c, err := cluster.Connect(ctx, e.clusterConfig(st))
+	t, c, err := e.topology(ctx, st, last.ID)
+	if c != nil {
+		defer c.Close()
+	}
+	switch {
+	case err == nil && t.single():
+		// A single member: nothing of the rollout is kept in etcd.
+		e.keep(t, c)
+		return nothing, nil
+	case err == nil && c == nil:
+		err = fmt.Errorf("the cluster of %d members (%s) cannot be reached", t.members, t.source)
+	}
 	if err != nil {
 		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)
 		return nothing, nil
 	}
-	defer c.Close()
+	e.keep(t, c)
 	p, err := c.Node(ctx, st.NodeName)
 	if err != nil {
 		e.log.Warn("could not check that the cluster knows how this node's last transaction ended", "txn", last.ID, "err", err)

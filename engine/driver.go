@@ -87,6 +87,9 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 		if errors.Is(stepErr, errFatalJournal) {
 			return r.result("", ""), stepErr
 		}
+		if errors.Is(stepErr, errGatePaused) {
+			return r.result("", ""), fmt.Errorf("%w in phase %s of transaction %s: %v: %w", ErrInterrupted, r.txn.Phase, r.txn.ID, stepErr, ErrStillOpen)
+		}
 		e.log.Info("upgrade step failed; rolling back", "txn", r.txn.ID, "phase", r.txn.Phase, "err", stepErr)
 		if err := e.setPhase(r, journal.PhaseRollingBack, stepErr.Error()); err != nil {
 			return r.result("", ""), err

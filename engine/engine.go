@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 	"github.com/ciq/stratum-upgrade/snapshot"
 )
@@ -99,6 +101,10 @@ type Config struct {
 	// Coordination configures the rollout lock a node of a multi-member
 	// etcd cluster takes (coordinate.go).
 	Coordination Coordination
+	// EtcdClient, if set, is how the node's own etcd member is reached
+	// for its member list and the rollout lock; default etcddata.Endpoint
+	// (tests reach a plain-http etcd through it).
+	EtcdClient func(*nodestate.NodeState) etcddata.ClientConfig
 }
 
 // Engine runs transactions. It is not safe for concurrent use; the journal's
@@ -120,6 +126,12 @@ type Engine struct {
 	// hold is the rollout lock while a transaction of a multi-member
 	// cluster is driven (nil otherwise).
 	hold *cluster.Hold
+	// top is this node's topology while a transaction is driven, read
+	// once for it (topology.go).
+	top topology
+	// etcdClient, when set, is how this node's etcd member is reached in
+	// place of etcddata.Endpoint (Config.EtcdClient).
+	etcdClient func(*nodestate.NodeState) etcddata.ClientConfig
 }
 
 // New returns an Engine for cfg.
@@ -127,7 +139,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, coord: cfg.Coordination}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, coord: cfg.Coordination, etcdClient: cfg.EtcdClient}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

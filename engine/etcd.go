@@ -30,7 +30,7 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd); done {
 		return nil
 	}
-	if !r.from.SingleMember() {
+	if !e.top.single() {
 		e.log.Warn("etcd is a multi-member cluster: its data is not restored, only its manifest; the other members hold the data")
 		return nil
 	}
@@ -52,7 +52,7 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 		return fmt.Errorf("journaled etcd backup: %w", err)
 	}
 	aside := r.from.Etcd.DataDir + ".stratum-pre-rollback-" + r.txn.ID
-	if err := e.etcd.CheckRestore(r.from, &b, aside); err != nil {
+	if err := e.etcd.CheckRestore(r.from, &b, aside, e.top.members); err != nil {
 		return fmt.Errorf("etcd's data cannot be restored, so etcd was left running: %w", err)
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-stop", nodestate.Etcd, "etcd to exit", "stopping etcd to restore its data")
@@ -63,7 +63,7 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, written []string, snap
 	}
 	e.hit(fault.AfterEtcdStop)
 	e.event(r.txn.ID, r.txn.Phase, "etcd-restore", nodestate.Etcd, "", fmt.Sprintf("restoring etcd data from %s (revision %d); the data it replaces is kept at %s", b.Path, b.Revision, aside))
-	if err := e.etcd.Restore(ctx, r.from, &b, aside); err != nil {
+	if err := e.etcd.Restore(ctx, r.from, &b, aside, e.top.members); err != nil {
 		return fmt.Errorf("%w: etcd is stopped and its data restore failed: %v", errResumable, err)
 	}
 	e.hit(fault.AfterEtcdRestore)

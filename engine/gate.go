@@ -15,6 +15,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/versions"
 )
@@ -27,13 +28,24 @@ const maxRaftLag = 1000
 // leaderMoveTimeout bounds moving the leadership off this member.
 const leaderMoveTimeout = 30 * time.Second
 
-// gateBefore runs before a fresh etcd step going forwards journals its mark
-// and stops the member: a refusal fails the step, and the transaction rolls
-// back with etcd never written, so the rollback leaves the member alone. A rollback's etcd step is not gated: putting the old member back
-// is the way out, and a resumed step has stopped the member already.
+// gateBefore runs before an etcd step going forwards stops the member:
+// a fresh step's before its mark is journaled (a refusal fails the step,
+// and the transaction rolls back with etcd never written, so the rollback
+// leaves the member alone), a resumed one's before it stops the member
+// (resumeGate). Every such stop passes it: an upgrade's, a restart's and a
+// stop's, first run and resume alike. A member with no etcd process
+// running has nothing to stop (a start, or a resumed step whose stop had
+// begun): it is not gated. A rollback's etcd step is not gated: putting
+// the old member back is the way out.
 func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
 	if comp != nodestate.Etcd || e.hold == nil || p == journal.PhaseRollingBack {
 		return nil
+	}
+	if t, err := manifest.Target(r.from, comp); err == nil {
+		if ps, err := e.procs.PIDs(t.Binary); err == nil && len(ps) == 0 {
+			e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
+			return nil
+		}
 	}
 	self := r.from.Etcd.MemberName
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
@@ -52,6 +64,20 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	}
 	if err := cluster.MoveLeaderOff(ctx, e.hold.Client(), self, leaderMoveTimeout); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
+	}
+	return nil
+}
+
+// errGatePaused marks a resumed etcd step whose gate refused: its mark is
+// journaled, so a rollback would restart the member all the same, which
+// is the stop the gate just refused. The transaction stays open instead
+// (exit 6), etcd untouched, until resume finds the cluster healthy.
+var errGatePaused = errors.New("the resumed etcd step waits for the quorum gate")
+
+// resumeGate is gateBefore for a step resumed from its journaled mark.
+func (e *Engine) resumeGate(ctx context.Context, r *run, p journal.Phase, comp string) error {
+	if err := e.gateBefore(ctx, r, p, comp); err != nil {
+		return fmt.Errorf("%w: etcd was not stopped: %w; make every etcd member healthy, then run `stratum-upgrade resume`", errGatePaused, err)
 	}
 	return nil
 }

@@ -71,6 +71,9 @@ type memNode struct {
 	onEvent func(Event)
 	// before is the manifest directory before the transaction under test.
 	before map[string][]byte
+	// etcdClient, when set, is Config.EtcdClient: how the engine reaches
+	// "this node's" etcd (a plain-http etcdcluster member).
+	etcdClient func(*nodestate.NodeState) etcddata.ClientConfig
 }
 
 func newMemNode(t *testing.T) *memNode {
@@ -121,6 +124,7 @@ func newMemNodeAt(t *testing.T, root string, vip bool) *memNode {
 	if err := n.j.PutNodeState(st); err != nil {
 		t.Fatal(err)
 	}
+	seedSingleMember(t, n.j, st.Etcd.MemberName)
 	return n
 }
 
@@ -149,7 +153,7 @@ func (n *memNode) engineWith(store Manifests, crash func(fault.Point)) *Engine {
 		procs = n.procs
 	}
 	e, err := New(Config{Journal: n.j, Store: store, Scanner: procs, Snapshots: filepath.Join(n.root, "state", "snapshots"),
-		Deadlines: memDeadlines, Etcd: n.etcd, Log: quiet, Events: func(ev Event) {
+		Deadlines: memDeadlines, Etcd: n.etcd, Log: quiet, EtcdClient: n.etcdClient, Coordination: testCoordination, Events: func(ev Event) {
 			n.events = append(n.events, fmt.Sprintf("%s %s %s: %s", ev.Phase, ev.Step, ev.Component, ev.Message))
 			if n.onEvent != nil {
 				n.onEvent(ev)
@@ -225,9 +229,11 @@ func (f *fakeEtcd) Backup(_ context.Context, _ *nodestate.NodeState, path string
 	return &etcddata.Backup{Path: path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)), Revision: 7, MemberID: "1", Members: 1, Version: "3.5.35", Taken: time.Now()}, nil
 }
 
-func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string) error { return nil }
+func (f *fakeEtcd) CheckRestore(*nodestate.NodeState, *etcddata.Backup, string, int) error {
+	return nil
+}
 
-func (f *fakeEtcd) Restore(context.Context, *nodestate.NodeState, *etcddata.Backup, string) error {
+func (f *fakeEtcd) Restore(context.Context, *nodestate.NodeState, *etcddata.Backup, string, int) error {
 	f.restores++
 	if ps, err := f.k.PIDs("etcd"); err != nil || len(ps) > 0 {
 		f.faults = append(f.faults, fmt.Sprintf("etcd's data restored while etcd runs: %v %v", ps, err))

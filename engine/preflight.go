@@ -80,11 +80,18 @@ type UpgradeOptions struct {
 	// warning (Plan.Ignored, and the transaction's IgnoredChecks); IgnoreAll
 	// names every one. Validate with CheckIgnore.
 	IgnorePreflight []string
+	// members is the cluster's member count the transaction read from
+	// etcd's member list (topology.go); 0, as for a plan outside a
+	// transaction, is unknown, and the stricter check of a single member
+	// applies (etcd's health refused at once, its data dir checked).
+	members int
 }
 
 // preflight is how planTo runs the checks.
 type preflight struct {
 	ignore []string
+	// members is UpgradeOptions.members.
+	members int
 	// procs answers EtcdHealth; nil fails it as unknown.
 	procs Processes
 	// subject names the target in a refusal: "release v1.37.2".
@@ -117,7 +124,7 @@ func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *ver
 	if p.procs.Active(ctx, t) {
 		return nil
 	}
-	if !st.SingleMember() {
+	if p.members > 1 {
 		// A member of a multi-member cluster is briefly not ready while
 		// its cluster elects a leader: another node's etcd step moves the
 		// leadership off its member and stops it, and a run started on

@@ -88,6 +88,7 @@ func planNodeEdit(t *testing.T, state string, edit func(*nodestate.NodeState)) (
 	if err := j.PutNodeState(st); err != nil {
 		t.Fatal(err)
 	}
+	seedSingleMember(t, j, st.Etcd.MemberName)
 	e, err := New(Config{Journal: j, Store: store, Snapshots: filepath.Join(root, "state", "snapshots")})
 	if err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func PlanRestart(store Manifests, st *nodestate.NodeState, comps []string, stamp
 // restored: the same etcd runs on it. Errors and outcomes are Run's; an
 // unknown component is refused (ErrUnknownComponent), nothing written.
 func (e *Engine) Restart(ctx context.Context, comps []string) (Result, error) {
-	return e.verb(ctx, journal.KindRestart, func(st *nodestate.NodeState) (*Plan, error) {
+	return e.verb(ctx, journal.KindRestart, func(st *nodestate.NodeState, _ topology) (*Plan, error) {
 		return PlanRestart(e.store, st, comps, e.store.Stamp())
 	})
 }

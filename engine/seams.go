@@ -65,9 +65,10 @@ type Processes interface {
 // uses the etcd client's snapshot API and etcdutl's restore library.
 type EtcdData interface {
 	Backup(ctx context.Context, st *nodestate.NodeState, path string) (*etcddata.Backup, error)
-	// CheckRestore checks everything Restore needs before etcd is stopped.
-	CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error
-	Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error
+	// CheckRestore checks everything Restore needs before etcd is stopped;
+	// members is the cluster's member count the transaction read.
+	CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error
+	Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error
 }
 
 var (
@@ -81,12 +82,12 @@ func (etcdData) Backup(ctx context.Context, st *nodestate.NodeState, path string
 	return etcddata.Take(ctx, etcddata.Endpoint(st), path)
 }
 
-func (etcdData) CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error {
-	return etcddata.CheckRestore(st, b, asideDir)
+func (etcdData) CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error {
+	return etcddata.CheckRestore(st, b, asideDir, members)
 }
 
-func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string) error {
-	return etcddata.Restore(ctx, st, b, asideDir)
+func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error {
+	return etcddata.Restore(ctx, st, b, asideDir, members)
 }
 
 // hit is a fault point: fault.Hit (armed only in a stratumfault build),

@@ -93,7 +93,7 @@ func PlanState(ctx context.Context, store Manifests, procs Processes, st, to *no
 	if err := CheckStateChange(st, to); err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err
@@ -133,7 +133,9 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 	if plan.Ignored, err = pf.settle(findings); err != nil {
 		return nil, err
 	}
-	if etcdChanges && st.SingleMember() {
+	if etcdChanges && pf.members <= 1 {
+		// A single member (or one not known to be of several) has its
+		// data restored by a rollback.
 		if err := etcddata.CheckDataDir(st); err != nil {
 			return nil, fmt.Errorf("%s changes etcd, but a rollback could not restore etcd's data: %w", pf.subject, err)
 		}

@@ -41,6 +41,9 @@ type StopOptions struct {
 	// AllowControlPlaneDown lets etcd and kube-apiserver be stopped on a
 	// node whose etcd is the cluster's only member.
 	AllowControlPlaneDown bool
+	// members is the cluster's member count the transaction read from
+	// etcd's member list (topology.go); 0 is unknown and refused as one.
+	members int
 }
 
 // PlanStop is the plan of stopping comps (every running component when
@@ -57,7 +60,7 @@ func PlanStop(store Manifests, st *nodestate.NodeState, comps []string, opts Sto
 	if err != nil {
 		return nil, err
 	}
-	if st.SingleMember() && !opts.AllowControlPlaneDown {
+	if opts.members <= 1 && !opts.AllowControlPlaneDown {
 		for _, c := range comps {
 			if c == nodestate.Etcd || c == nodestate.KubeAPIServer {
 				return nil, fmt.Errorf("%w: %s runs on the only control-plane node (etcd has one member): the API server is unreachable until it is started again", ErrControlPlaneDown, c)
@@ -170,7 +173,8 @@ func inRosterOrder(st *nodestate.NodeState, comps []string) []string {
 // to the snapshot (the manifests back, the components waited for). Refused
 // as PlanStop says, and as Run is while a transaction is open.
 func (e *Engine) Stop(ctx context.Context, comps []string, opts StopOptions) (Result, error) {
-	return e.verb(ctx, journal.KindStop, func(st *nodestate.NodeState) (*Plan, error) {
+	return e.verb(ctx, journal.KindStop, func(st *nodestate.NodeState, t topology) (*Plan, error) {
+		opts.members = t.members
 		return PlanStop(e.store, st, comps, opts)
 	})
 }
@@ -182,23 +186,23 @@ func (e *Engine) Stop(ctx context.Context, comps []string, opts StopOptions) (Re
 // list. A failure rolls back: the manifests removed again, the processes
 // waited out.
 func (e *Engine) Start(ctx context.Context, comps []string) (Result, error) {
-	return e.verb(ctx, journal.KindStart, func(st *nodestate.NodeState) (*Plan, error) {
+	return e.verb(ctx, journal.KindStart, func(st *nodestate.NodeState, _ topology) (*Plan, error) {
 		return PlanStart(e.store, st, comps, e.store.Stamp())
 	})
 }
 
 // verb begins and drives a restart, stop or start (kind) of the plan that
 // plan makes from the journal's node state; its begin event reads
-// "KIND: COMPONENTS".
-func (e *Engine) verb(ctx context.Context, kind string, plan func(*nodestate.NodeState) (*Plan, error)) (Result, error) {
+// "KIND: COMPONENTS". plan is given the node's topology too.
+func (e *Engine) verb(ctx context.Context, kind string, plan func(*nodestate.NodeState, topology) (*Plan, error)) (Result, error) {
 	return e.change(ctx, kind, nil, func(p *Plan) string {
 		return kind + ": " + strings.Join(p.Changed(), ", ")
-	}, func() (*Plan, error) {
+	}, func(t topology) (*Plan, error) {
 		st, err := e.j.NodeState()
 		if err != nil {
 			return nil, err
 		}
-		return plan(st)
+		return plan(st, t)
 	})
 }
 

@@ -36,15 +36,16 @@ func CheckDataDir(st *nodestate.NodeState) error {
 }
 
 // CheckRestore reports, changing nothing, whether Restore(ctx, st,
-// b, asideDir) can restore: the cluster is a single member, the backup is
+// b, asideDir, members) can restore: the cluster is a single member (members,
+// the live cluster's member count, and the backup's), the backup is
 // intact (Verify), and the directories are in a state the restore
 // starts from or resumes. The engine calls it before it stops etcd, so a
 // restore that cannot happen does not take etcd down first.
-func CheckRestore(st *nodestate.NodeState, b *Backup, asideDir string) error {
+func CheckRestore(st *nodestate.NodeState, b *Backup, asideDir string, members int) error {
 	if b == nil {
 		return fmt.Errorf("%w: no etcd backup given", ErrInvalid)
 	}
-	if err := checkSingleMember(st, b); err != nil {
+	if err := checkSingleMember(members, b); err != nil {
 		return err
 	}
 	dataDir := filepath.Clean(st.Etcd.DataDir)
@@ -69,9 +70,10 @@ func CheckRestore(st *nodestate.NodeState, b *Backup, asideDir string) error {
 }
 
 // checkSingleMember refuses, wrapping ErrMultiMember, a restore for a
-// cluster that is or was multi-member.
-func checkSingleMember(st *nodestate.NodeState, b *Backup) error {
-	if st.SingleMember() && b.Members == 1 {
+// cluster that is (members, read from its member list by the caller) or
+// was (the backup's) multi-member.
+func checkSingleMember(members int, b *Backup) error {
+	if members == 1 && b.Members == 1 {
 		return nil
 	}
 	ids := "not recorded"
@@ -82,14 +84,14 @@ func checkSingleMember(st *nodestate.NodeState, b *Backup) error {
 	if b.Members < 1 {
 		taken = "the backup does not record the cluster size"
 	}
-	return fmt.Errorf("%w: the node state's initialCluster is %q and %s. "+
+	return fmt.Errorf("%w: the cluster has %d member(s) and %s. "+
 		"Restoring one member's snapshot gives that member a new cluster ID and member ID: it would split from the other members, "+
 		"and the cluster would lose quorum and diverge. What to do instead: to repair only this member, remove it "+
 		"(etcdctl member remove <id>), add it back (etcdctl member add), and start it on an empty data dir with "+
 		"--initial-cluster-state=existing so it syncs from the others; to roll the whole cluster back to one snapshot, "+
 		"stop etcd on every member and restore that same snapshot on each of them by hand, following etcd's disaster "+
 		"recovery guide (https://etcd.io/docs/v3.6/op-guide/recovery/)",
-		ErrMultiMember, st.Etcd.InitialCluster, taken)
+		ErrMultiMember, members, taken)
 }
 
 func orUnknown(s string) string {

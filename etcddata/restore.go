@@ -41,8 +41,8 @@ const RevisionBump = 1_000_000_000
 // token "etcd-cluster", etcd's default, which the rendered pod keeps). The
 // caller has already stopped etcd.
 //
-// Only a single-member cluster is restored: st.SingleMember() and
-// b.Members == 1. Otherwise it returns ErrMultiMember, wrapped in an
+// Only a single-member cluster is restored: members (the cluster's member
+// count, which the caller read from its member list) and b.Members are 1. Otherwise it returns ErrMultiMember, wrapped in an
 // explanation of why and what to do instead, and touches nothing.
 //
 // The restore goes through directory states, so a call interrupted at any
@@ -70,14 +70,14 @@ const RevisionBump = 1_000_000_000
 // itself runs to completion. The data dir must be a real directory, not a
 // symlink or a mount point (rename cannot move those); such a data dir is
 // refused before anything changes.
-func Restore(ctx context.Context, st *nodestate.NodeState, b *Backup, asideDir string) error {
+func Restore(ctx context.Context, st *nodestate.NodeState, b *Backup, asideDir string, members int) error {
 	dataDir := filepath.Clean(st.Etcd.DataDir)
 	staging := dataDir + etcdRestoreSuffix
 	fail := func(err error) error { return fmt.Errorf("etcd restore into %s: %w", dataDir, err) }
 	if b == nil {
 		return fail(fmt.Errorf("%w: no etcd backup given", ErrInvalid))
 	}
-	if err := checkSingleMember(st, b); err != nil {
+	if err := checkSingleMember(members, b); err != nil {
 		return fail(err)
 	}
 	if asideDir == "" {

@@ -355,11 +355,6 @@ func (st *NodeState) ExtraArgOrder(comp string) []string {
 // IsStopped reports whether comp is one of st.Stopped.
 func (st *NodeState) IsStopped(comp string) bool { return slices.Contains(st.Stopped, comp) }
 
-// SingleMember reports whether the local etcd is the cluster's only member.
-func (st *NodeState) SingleMember() bool {
-	return !strings.Contains(st.Etcd.InitialCluster, ",")
-}
-
 // Marshal encodes st as YAML; Parse(Marshal(st)) yields an equal state.
 func (st *NodeState) Marshal() ([]byte, error) {
 	b, err := yaml.Marshal(st)

@@ -34,9 +34,6 @@ func TestParseDefaults(t *testing.T) {
 	if st.Ports.APIServer != 6443 || st.Ports.EtcdMetrics != 2381 || st.PKIDir != DefaultPKIDir || st.Profile.Name != ProfileDefault {
 		t.Errorf("defaults not applied: %+v %+v", st.Ports, st.Profile)
 	}
-	if !st.SingleMember() {
-		t.Error("one member in initialCluster is a single-member cluster")
-	}
 	if got := st.Roster(); !reflect.DeepEqual(got, []string{Etcd, KubeAPIServer, ControllerManager, Scheduler}) {
 		t.Errorf("roster without VIP = %v", got)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/journal"
 )
@@ -138,6 +139,9 @@ func suWith(ts *testscript.TestScript, neg bool, bin string, args []string) {
 		"--proc-scope=self",
 	}, args[1:]...)
 	err := ts.Exec(bin, argv...)
+	if len(args) > 1 && args[1] == "init" {
+		seedSingleMember(ts)
+	}
 	got := "0"
 	var ee *exec.ExitError
 	switch {
@@ -151,6 +155,23 @@ func suWith(ts *testscript.TestScript, neg bool, bin string, args []string) {
 	if got != args[0] {
 		ts.Fatalf("stratum-upgrade %s: exit code %s, want %s", strings.Join(args[1:], " "), got, args[0])
 	}
+}
+
+// seedSingleMember keeps, after init, beside the journal in the script's
+// state directory, the member list of a single-member etcd, as a command
+// against a healthy etcd would have: the scripts' nodes run no etcd, and
+// the engine takes its member count from that record when etcd cannot be
+// reached (an unknown count refuses every transaction).
+func seedSingleMember(ts *testscript.TestScript) {
+	state := ts.MkAbs("state")
+	path := filepath.Join(state, cluster.MembersFile)
+	if _, err := os.Stat(filepath.Join(state, "stratum.db")); err != nil {
+		return
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return
+	}
+	ts.Check(cluster.SaveMembers(path, cluster.Members{Count: 1, Names: []string{"script-node"}, At: time.Now().UTC()}))
 }
 
 // envsubst FILE... replaces $VAR and ${VAR} in each file with the script's

@@ -34,7 +34,10 @@ func (g *globals) withCoordinator(f func(ctx context.Context, c *cluster.Coordin
 	return f(ctx, c)
 }
 
-// coordinator connects to the cluster of the journal's node state.
+// coordinator connects to the cluster of the journal's node state. Whether
+// there is a rollout at all is decided from the member list it reads, never
+// from the node state's initialCluster (the first node of a kubeadm
+// cluster keeps one entry there whatever joined since).
 func (g *globals) coordinator(ctx context.Context) (*cluster.Coordinator, error) {
 	j, err := g.openJournal(true)
 	if err != nil {
@@ -45,14 +48,19 @@ func (g *globals) coordinator(ctx context.Context) (*cluster.Coordinator, error)
 	if err != nil {
 		return nil, err
 	}
-	if st.SingleMember() {
-		return nil, errSingleMember
-	}
 	known, err := cluster.LoadEndpoints(filepath.Join(g.stateDir, cluster.EndpointsFile))
 	if err != nil {
 		g.log.Warn("ignoring the known etcd endpoints", "err", err)
 	}
-	return cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(st), Known: known, Node: st.NodeName, Log: g.log})
+	c, err := cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(st), Known: known, Node: st.NodeName, Log: g.log})
+	if err != nil {
+		return nil, err
+	}
+	if c.Members().Count == 1 {
+		c.Close()
+		return nil, errSingleMember
+	}
+	return c, nil
 }
 
 // clusterReport is status --cluster's output.
