@@ -1,7 +1,9 @@
 // Command hafigures reads `go test -json` output of the three-node tests
 // (make ha) on stdin, passes the test output to stderr as it arrives, and
 // prints the lines the tests log as "HA figures: ..." (availability of etcd
-// and of the API servers, and when each node's transaction ran), then the
+// and of the API servers, and when each node's transaction ran) and the
+// kubeadm-shaped cluster's lines ("kubeadm-shaped cluster: max members down
+// at once 1, ...", KubeadmFigure), as they are, then the
 // tests that passed and failed. With -doc FILE it also writes those lines
 // between BeginMarker and EndMarker in FILE (docs/performance.md),
 // appending the markers when the file has none. It exits 1 when a test
@@ -20,6 +22,11 @@ import (
 
 	"github.com/ciq/stratum-upgrade/internal/harness/docsplice"
 )
+
+// KubeadmFigure begins the figure lines of the kubeadm-shaped cluster
+// (cmd/stratum-upgrade TestHAKubeadm*), which the tests log without the
+// "HA figures: " of the others: issue 26 spells the line out.
+const KubeadmFigure = "kubeadm-shaped cluster"
 
 // The markers of the generated section of -doc.
 const (
@@ -77,6 +84,8 @@ func scan(in io.Reader, log io.Writer) (figures, failed, passed []string, code i
 			fmt.Fprint(log, ev.Output)
 			if _, fig, ok := strings.Cut(ev.Output, "HA figures: "); ok {
 				figures = append(figures, strings.TrimSpace(fig))
+			} else if _, fig, ok := strings.Cut(ev.Output, ": "+KubeadmFigure); ok && (strings.HasPrefix(fig, ":") || strings.HasPrefix(fig, ",")) {
+				figures = append(figures, KubeadmFigure+strings.TrimSpace(fig))
 			}
 		case "fail":
 			if ev.Test != "" && !strings.Contains(ev.Test, "/") {

@@ -11,13 +11,16 @@ func TestScanCollectsFiguresAndVerdicts(t *testing.T) {
 		`{"Action":"run","Test":"TestHAOne"}`,
 		`{"Action":"output","Test":"TestHAOne","Output":"    ha_test.go:250: HA figures: one: 100 of 100\n"}`,
 		`{"Action":"pass","Test":"TestHAOne"}`,
+		`{"Action":"output","Test":"TestHAKubeadmRolloutAtOnce","Output":"    kubeadm_ha_test.go:140: kubeadm-shaped cluster: max members down at once 1, writes acked 9/9, 0 lost, API 99.95%\n"}`,
+		`{"Action":"output","Test":"TestHAKubeadmRolloutAtOnce","Output":"    kubeadm_ha_test.go:141: member probe: kubeadm-shaped cluster lines are not this one\n"}`,
+		`{"Action":"output","Test":"TestHAKubeadmRolloutAtOnce","Output":"    kubeadm_ha_test.go:66: kubeadm-shaped cluster up\n"}`,
 		`{"Action":"output","Test":"TestHATwo","Output":"    ha_test.go:9: HA figures: two: 3 lost\n"}`,
 		`{"Action":"fail","Test":"TestHATwo/sub"}`,
 		`{"Action":"fail","Test":"TestHATwo"}`,
 		`not json`,
 	}, "\n")
 	figs, failed, passed, code := scan(strings.NewReader(in), io.Discard)
-	if strings.Join(figs, "|") != "one: 100 of 100|two: 3 lost" || strings.Join(failed, ",") != "TestHATwo" || strings.Join(passed, ",") != "TestHAOne" || code != 1 {
+	if strings.Join(figs, "|") != "one: 100 of 100|kubeadm-shaped cluster: max members down at once 1, writes acked 9/9, 0 lost, API 99.95%|two: 3 lost" || strings.Join(failed, ",") != "TestHATwo" || strings.Join(passed, ",") != "TestHAOne" || code != 1 {
 		t.Fatalf("figures %q failed %q passed %q code %d", figs, failed, passed, code)
 	}
 	if _, _, _, code := scan(strings.NewReader(`{"Action":"output","Output":"ok\n"}`), io.Discard); code != 1 {
