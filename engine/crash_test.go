@@ -115,15 +115,20 @@ func (c *crashNode) resumeAndCheck(want Outcome) {
 
 // TestCrashMatrix runs its cases in parallel (go test's -parallel, by
 // default one per core): each is its own node, and every scan the binary
-// makes is scoped to that node's kubelet stand-in (--proc-scope).
+// makes is scoped to that node's kubelet stand-in (--proc-scope). Unless
+// STRATUM_MATRIX=full, a sample of the points (sample_test.go).
 func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash matrix: every step boundary, each on a fresh node")
 	}
 	probe := testbed.Options{}
 	st := mustState(t, probe)
+	s := newSampler("TestCrashMatrix")
 	t.Run("upgrade", func(t *testing.T) {
-		for _, pt := range fault.UpgradePoints(manifest.NamesFor(st)) {
+		all := fault.UpgradePoints(manifest.NamesFor(st))
+		pts := s.points("upgrade", all, nil)
+		s.logPicked(t, len(pts), len(all))
+		for _, pt := range pts {
 			t.Run(string(pt), func(t *testing.T) {
 				t.Parallel()
 				c := newCrashNode(t, "")
@@ -135,7 +140,10 @@ func TestCrashMatrix(t *testing.T) {
 		}
 	})
 	t.Run("rollback", func(t *testing.T) {
-		for _, pt := range fault.RollbackPoints(manifest.NamesFor(st)) {
+		all := fault.RollbackPoints(manifest.NamesFor(st))
+		pts := s.points("rollback", all, nil)
+		s.logPicked(t, len(pts), len(all))
+		for _, pt := range pts {
 			t.Run(string(pt), func(t *testing.T) {
 				t.Parallel()
 				c := newCrashNode(t, nodestate.Scheduler)

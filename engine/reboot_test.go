@@ -221,7 +221,8 @@ func rebootCase(t *testing.T, sc rebootScenario, pt fault.Point) {
 	}
 }
 
-// TestRebootMatrix runs its cases in parallel, as TestCrashMatrix does.
+// TestRebootMatrix runs its cases in parallel, as TestCrashMatrix does;
+// unless STRATUM_MATRIX=full, a sample of them (sample_test.go).
 func TestRebootMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reboot matrix: every point, each on a fresh node")
@@ -243,9 +244,12 @@ func TestRebootMatrix(t *testing.T) {
 		t.Logf("%d cases run: per case mean %s, median %s, max %s", len(times), (sum / time.Duration(len(times))).Round(time.Millisecond),
 			times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 	})
+	s := newSampler("TestRebootMatrix")
 	for _, sc := range rebootScenarios(st) {
 		t.Run(sc.name, func(t *testing.T) {
-			for _, pt := range sc.points {
+			pts := s.points(sc.name, sc.points, sc.notOnPath)
+			s.logPicked(t, len(pts), len(sc.points))
+			for _, pt := range pts {
 				t.Run(string(pt), func(t *testing.T) {
 					if why, ok := sc.notOnPath[pt]; ok {
 						t.Skip("not on the path: " + why)
