@@ -1,7 +1,12 @@
 package testbed
 
 import (
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 )
@@ -49,4 +54,106 @@ func probeEphemeral(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// claimChildEnv makes this test binary the other test process of
+// TestFreePortsNotSharedAcrossProcesses: FreePorts(3) in the range it
+// names, the ports printed, then it lives until its stdin closes.
+const claimChildEnv = "TESTBED_PORTS_CHILD"
+
+// Two test processes (go test runs packages in parallel) never get the
+// same port while both live: in a range of five ports, a child takes
+// three; the parent gets two others and no third; once the child is gone,
+// its ports are free again.
+func TestFreePortsNotSharedAcrossProcesses(t *testing.T) {
+	if v := os.Getenv(claimChildEnv); v != "" {
+		lo, _ := strconv.Atoi(v)
+		portRangeOf = func() (int, int) { return lo, lo + 5 }
+		ports, err := FreePorts(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println(ports[0], ports[1], ports[2])
+		io.Copy(io.Discard, os.Stdin)
+		return
+	}
+	lo := fiveFreePorts(t)
+	defer func(f func() (int, int)) { portRangeOf = f }(portRangeOf)
+	portRangeOf = func() (int, int) { return lo, lo + 5 }
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFreePortsNotSharedAcrossProcesses$")
+	cmd.Env = append(os.Environ(), claimChildEnv+"="+strconv.Itoa(lo))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	var child [3]int
+	if _, err := fmt.Fscan(stdout, &child[0], &child[1], &child[2]); err != nil {
+		t.Fatalf("the child printed no ports: %v", err)
+	}
+	theirs := map[int]bool{child[0]: true, child[1]: true, child[2]: true}
+
+	mine, err := FreePorts(2)
+	if err != nil {
+		t.Fatalf("two of the five ports are not the child's, yet: %v", err)
+	}
+	for _, p := range mine {
+		if theirs[p] {
+			t.Errorf("port %d handed out here while the child holds it (the child has %v)", p, child)
+		}
+	}
+	if more, err := FreePorts(1); err == nil {
+		t.Errorf("a sixth port %v out of five: the child's %v, mine %v", more, child, mine)
+	}
+
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the child: %v", err)
+	}
+	for p := range theirs {
+		f, err := claimPort(p)
+		if err != nil || f == nil {
+			t.Errorf("port %d still claimed after the child ended: %v", p, err)
+			continue
+		}
+		f.Close()
+	}
+}
+
+// fiveFreePorts finds five consecutive ports inside FreePorts' range that
+// nobody listens on and no test process has claimed, and returns the
+// first.
+func fiveFreePorts(t *testing.T) int {
+	t.Helper()
+	lo, hi := portRange()
+	for base := lo + mrand.IntN(hi-lo-1000); base < hi-5; base += 5 {
+		ok := true
+		for p := base; p < base+5 && ok; p++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+			if f, err := claimPort(p); err != nil || f == nil {
+				ok = false
+			} else {
+				f.Close()
+			}
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no five consecutive free ports")
+	return 0
 }
