@@ -8,7 +8,6 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,11 +17,11 @@ import (
 // handedOut is every port FreePorts returned in this process: nodes started
 // in parallel (the crash matrix) never get the same port, even when the
 // kernel offers a port again after the first node's check released it.
-// claims holds open the claim file of each (claimPort).
+// claims holds open the claim of each (claimPort).
 var handedOut = struct {
 	sync.Mutex
 	ports  map[int]bool
-	claims []*os.File
+	claims []net.Listener
 }{ports: map[int]bool{}}
 
 // portRangeOf is portRange; a test narrows it.
@@ -79,39 +78,22 @@ func FreePorts(n int) ([]int, error) {
 	return out, nil
 }
 
-// claimDir holds one claim file per port handed out on this machine.
-func claimDir() string { return filepath.Join(os.TempDir(), "stratum-testbed-ports") }
-
-// claimPort claims port for this process's life: an exclusive flock on
-// <claimDir>/<port>, which the kernel releases when the process ends,
-// however it ends. It returns the open file (to be kept open), nil when
-// another process holds the claim, or an error when claims cannot be made
-// here at all.
-func claimPort(port int) (*os.File, error) {
-	dir := claimDir()
-	if err := os.Mkdir(dir, 0o755); err == nil {
-		// Everyone's, like /tmp: root and a contributor's user both claim.
-		if err := os.Chmod(dir, 0o1777); err != nil {
-			return nil, fmt.Errorf("testbed: port claims: %w", err)
-		}
-	} else if !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("testbed: port claims: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_RDONLY|os.O_CREATE, 0o644)
-	if errors.Is(err, os.ErrPermission) {
-		return nil, nil // another user's file: its claim cannot be told, so treat it as taken
+// claimPort claims port for this process's life: it listens on the
+// abstract unix socket @stratum-testbed-port-<port>, a name the kernel
+// gives to one socket at a time in the network namespace (every user's
+// processes alike) and frees when the process ends, however it ends; no
+// file is left anywhere. It returns the listener (to be kept open), nil
+// when another process holds the claim, or an error when claims cannot be
+// made here at all.
+func claimPort(port int) (net.Listener, error) {
+	l, err := net.Listen("unix", "@stratum-testbed-port-"+strconv.Itoa(port))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("testbed: port claims: %w", err)
+		return nil, fmt.Errorf("testbed: claim port %d: %w", port, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("testbed: port claims: flock %s: %w", f.Name(), err)
-	}
-	return f, nil
+	return l, nil
 }
 
 // portRange is the range FreePorts picks from: [10000, the start of the
