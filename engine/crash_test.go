@@ -188,6 +188,7 @@ func TestCrashRandom(t *testing.T) {
 		failing := rng.IntN(2) == 1
 		delay := time.Duration(rng.IntN(6000)) * time.Millisecond
 		t.Run(fmt.Sprintf("round%d-failing=%v-kill-after-%s", i, failing, delay), func(t *testing.T) {
+			t.Parallel() // each round is a node of its own, as in TestCrashMatrix
 			fail := ""
 			if failing {
 				fail = nodestate.Scheduler

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -286,16 +287,18 @@ func TestIOErrorMatrix(t *testing.T) {
 		rows = append(rows, all[i])
 	}
 	s.logPicked(t, len(rows), len(all))
-	ok := 0
+	var ok atomic.Int32
+	// After every row: they run in parallel, each on a mount of its own.
+	t.Cleanup(func() { t.Logf("io-errors %d/%d converged", ok.Load(), len(rows)) })
 	for _, f := range rows {
 		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
 			for _, p := range ioCase(t, f) {
 				t.Error(p)
 			}
 			if !t.Failed() {
-				ok++
+				ok.Add(1)
 			}
 		})
 	}
-	t.Logf("io-errors %d/%d converged", ok, len(rows))
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -101,39 +101,42 @@ func TestPowerLossMatrix(t *testing.T) {
 		t.Skip("power-loss matrix: a FUSE mount per case")
 	}
 	start := time.Now()
-	var times []time.Duration
+	var times caseTimes
+	var mu sync.Mutex // guards lost and reverted
 	var lost int64
 	var reverted int
+	// After every case: they run in parallel, each on a mount of its own.
+	t.Cleanup(func() {
+		t.Logf("%s, in %s; the power cuts lost %d bytes and reverted %d files or directories in all",
+			&times, time.Since(start).Round(time.Millisecond), lost, reverted)
+	})
 	st := newMemNode(t).st
 	s := newSampler("TestPowerLossMatrix")
 	for _, sc := range memScenarios(st) {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			// A point not on the path is a case too: the power goes after
 			// the whole transaction.
 			pts := s.points(sc.name, sc.points, nil)
 			s.logPicked(t, len(pts), len(sc.points))
 			for _, pt := range pts {
 				t.Run(string(pt), func(t *testing.T) {
-					t0 := time.Now()
+					t.Parallel()
+					defer times.since(time.Now())
 					fsys := lazyfs.MountT(t)
 					n := newMemNodeAt(t, fsys.Mountpoint(), false)
 					for _, p := range memCase(t, n, sc, pt, powerCut(fsys)) {
 						t.Error(p)
 					}
-					s := fsys.Stats()
-					lost += s.LastLostBytes
-					reverted += s.LastRevertedFiles + s.LastRevertedDirs
-					times = append(times, time.Since(t0))
+					st := fsys.Stats()
+					mu.Lock()
+					lost += st.LastLostBytes
+					reverted += st.LastRevertedFiles + st.LastRevertedDirs
+					mu.Unlock()
 				})
 			}
 		})
 	}
-	if len(times) == 0 {
-		return
-	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	t.Logf("%d cases in %s: per case median %s, max %s; the power cuts lost %d bytes and reverted %d files or directories in all",
-		len(times), time.Since(start).Round(time.Millisecond), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), lost, reverted)
 }
 
 // The matrix's check sees what a power loss does to a store that does not
@@ -182,11 +185,13 @@ func TestPowerCutAtEveryIO(t *testing.T) {
 	s := newSampler("TestPowerCutAtEveryIO")
 	for _, sc := range memScenarios(st) {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			after := countChanges(t, sc)
 			cuts := s.pick(sc.name, len(after), func(n int) string { return pointPhase(after[n]) }, func(n int) string { return pointComponent(after[n]) })
 			t.Logf("%s makes %d changes to the file system; cutting after %d of them", sc.name, len(after), len(cuts))
 			for _, n := range cuts {
 				t.Run(fmt.Sprintf("after-%d", n), func(t *testing.T) {
+					t.Parallel()
 					for _, p := range cutCase(t, sc, n) {
 						t.Error(p)
 					}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -228,21 +227,11 @@ func TestRebootMatrix(t *testing.T) {
 		t.Skip("reboot matrix: every point, each on a fresh node")
 	}
 	st := mustState(t, testbed.Options{})
-	var mu sync.Mutex
-	var times []time.Duration
+	var times caseTimes
 	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(times) == 0 {
-			return
+		if s := times.String(); s != "" {
+			t.Logf("%s run", s)
 		}
-		slices.Sort(times)
-		var sum time.Duration
-		for _, d := range times {
-			sum += d
-		}
-		t.Logf("%d cases run: per case mean %s, median %s, max %s", len(times), (sum / time.Duration(len(times))).Round(time.Millisecond),
-			times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 	})
 	s := newSampler("TestRebootMatrix")
 	for _, sc := range rebootScenarios(st) {
@@ -258,12 +247,7 @@ func TestRebootMatrix(t *testing.T) {
 						t.Skip("known defect: " + d)
 					}
 					t.Parallel()
-					t0 := time.Now()
-					defer func() {
-						mu.Lock()
-						times = append(times, time.Since(t0))
-						mu.Unlock()
-					}()
+					defer times.since(time.Now())
 					rebootCase(t, sc, pt)
 				})
 			}
