@@ -24,6 +24,12 @@ var handedOut = struct {
 	claims []net.Listener
 }{ports: map[int]bool{}}
 
+// kubeadmPorts are the ports kubeadm's manifests pin for want of a
+// --secure-port (kube-controller-manager's 10257, kube-scheduler's
+// 10259): the adoption tests run those manifests as kubeadm wrote them,
+// so no other node may be given one.
+var kubeadmPorts = map[int]bool{10257: true, 10259: true}
+
 // portRangeOf is portRange; a test narrows it.
 var portRangeOf = portRange
 
@@ -56,7 +62,7 @@ func FreePorts(n int) ([]int, error) {
 			return nil, fmt.Errorf("testbed: free port: no free port in %d-%d after %d tries", lo, hi, tries)
 		}
 		port := lo + mrand.IntN(hi-lo)
-		if handedOut.ports[port] {
+		if handedOut.ports[port] || kubeadmPorts[port] {
 			continue
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))

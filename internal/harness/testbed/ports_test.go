@@ -157,3 +157,24 @@ func fiveFreePorts(t *testing.T) int {
 	t.Fatal("no five consecutive free ports")
 	return 0
 }
+
+// FreePorts never hands out the ports kubeadm's manifests pin (10257,
+// 10259): cmd/stratum-upgrade's TestAdoptKubeadmOnTestBed runs them beside
+// other nodes.
+func TestFreePortsLeaveKubeadmsPorts(t *testing.T) {
+	defer func(f func() (int, int)) { portRangeOf = f }(portRangeOf)
+	portRangeOf = func() (int, int) { return 10256, 10260 }
+	var got []int
+	for {
+		ports, err := FreePorts(1)
+		if err != nil {
+			break // the range is spent
+		}
+		got = append(got, ports...)
+	}
+	for _, p := range got {
+		if p == 10257 || p == 10259 {
+			t.Errorf("FreePorts handed out %d, a port kubeadm's manifests pin (got %v)", p, got)
+		}
+	}
+}
