@@ -49,6 +49,9 @@ func TestAdoptKubeadmOnTestBed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up test bed nodes")
 	}
+	// Beside the other tests (FreePorts never hands out kubeadm's 10257
+	// and 10259), its own cases one at a time: each binds those two.
+	t.Parallel()
 	repo, err := build.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

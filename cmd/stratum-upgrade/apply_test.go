@@ -23,6 +23,9 @@ func startCLINode(t *testing.T) (*testbed.Node, *cliNode) {
 	if testing.Short() {
 		t.Skip("brings up a test bed node")
 	}
+	// Each test is a node of its own, its scans scoped to its kubelet
+	// stand-in: they run in parallel.
+	t.Parallel()
 	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
 	return n, &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
 }

@@ -105,6 +105,7 @@ func TestOnTestBed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up a test bed node")
 	}
+	t.Parallel()
 	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default.yaml"})
 	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
 	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
