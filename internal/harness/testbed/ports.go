@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // handedOut is every port FreePorts returned in this process: nodes started
@@ -120,4 +121,30 @@ func portRange() (lo, hi int) {
 		return lo, hi
 	}
 	return 10000, first
+}
+
+// HoldPorts waits until no other test (in this process or another) holds
+// any of ports through HoldPorts, holds them for the rest of t, and fails
+// t after timeout. It is for ports a test cannot choose (kubeadm's
+// kubeadmPorts): FreePorts never hands those out, so only the tests that
+// hold them contend for them, one at a time.
+func HoldPorts(t TB, timeout time.Duration, ports ...int) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, port := range ports {
+		for {
+			l, err := claimPort(port)
+			if err != nil {
+				t.Fatalf("%v", err)
+			}
+			if l != nil {
+				t.Cleanup(func() { l.Close() })
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("testbed: port %d: another test held it for over %s", port, timeout)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }

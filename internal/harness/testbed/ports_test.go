@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestFreePortsOutsideEphemeralRange pins why FreePorts exists: its ports
@@ -177,4 +179,64 @@ func TestFreePortsLeaveKubeadmsPorts(t *testing.T) {
 			t.Errorf("FreePorts handed out %d, a port kubeadm's manifests pin (got %v)", p, got)
 		}
 	}
+}
+
+// fakeTB records what HoldPorts does to its test: its cleanups, and a
+// Fatalf, which ends the call (as t.Fatalf ends the test) through a panic
+// that hold recovers.
+type fakeTB struct {
+	TB
+	cleanups []func()
+	fatal    string
+}
+
+type fatalPanic struct{}
+
+func (f *fakeTB) Helper()           {}
+func (f *fakeTB) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.fatal = fmt.Sprintf(format, args...)
+	panic(fatalPanic{})
+}
+func (f *fakeTB) end() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
+	}
+}
+
+// hold runs HoldPorts on a new fakeTB and returns it.
+func hold(timeout time.Duration, ports ...int) (f *fakeTB) {
+	f = &fakeTB{}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(fatalPanic); !ok {
+				panic(r)
+			}
+		}
+	}()
+	HoldPorts(f, timeout, ports...)
+	return f
+}
+
+// A port held by one test is not held by another until the first ends;
+// the second waits for it, and says so when it waits too long.
+func TestHoldPortsOneTestAtATime(t *testing.T) {
+	// Port numbers below FreePorts' range: a hold is a name, no bind.
+	first := hold(time.Second, 7, 9)
+	if first.fatal != "" {
+		t.Fatal(first.fatal)
+	}
+	second := hold(300*time.Millisecond, 9)
+	if !strings.Contains(second.fatal, "port 9: another test held it for over 300ms") {
+		t.Errorf("a second hold of a held port: %q, want it to time out naming the port", second.fatal)
+	}
+	done := make(chan *fakeTB)
+	go func() { done <- hold(10*time.Second, 9) }()
+	time.Sleep(300 * time.Millisecond)
+	first.end()
+	third := <-done
+	if third.fatal != "" {
+		t.Errorf("the hold after the first ended: %s", third.fatal)
+	}
+	third.end()
 }
