@@ -121,6 +121,7 @@ func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash matrix: every step boundary, each on a fresh node")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	probe := testbed.Options{}
 	st := mustState(t, probe)
 	s := newSampler("TestCrashMatrix")
@@ -174,6 +175,7 @@ func TestCrashRandom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("randomized crashes")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	rounds := 3
 	if v, err := strconv.Atoi(os.Getenv("STRATUM_TORTURE")); err == nil && v > 0 {
 		rounds = v

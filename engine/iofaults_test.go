@@ -271,6 +271,7 @@ func TestIOErrorMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("I/O-error matrix: a FUSE mount per case")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	all := ioFaults()
 	s := newSampler("TestIOErrorMatrix")
 	// A row's phase is its target (manifest-write, proc-unreadable...),

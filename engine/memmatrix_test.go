@@ -610,6 +610,7 @@ func memCase(t *testing.T, n *memNode, sc memScenario, pt fault.Point, after fun
 // each as a crash of stratum-upgrade alone and as a reboot; on the
 // default node and on one with a VIP (kube-vip has no health endpoint).
 func TestMemMatrix(t *testing.T) {
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	start := time.Now()
 	var times caseTimes
 	// After every case: the subtests run in parallel.

@@ -100,6 +100,7 @@ func TestPowerLossMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("power-loss matrix: a FUSE mount per case")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	start := time.Now()
 	var times caseTimes
 	var mu sync.Mutex // guards lost and reverted
@@ -181,6 +182,7 @@ func TestPowerCutAtEveryIO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("power cut at every I/O: a FUSE mount per case")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	st := newMemNode(t).st
 	s := newSampler("TestPowerCutAtEveryIO")
 	for _, sc := range memScenarios(st) {

@@ -226,6 +226,7 @@ func TestRebootMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reboot matrix: every point, each on a fresh node")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	st := mustState(t, testbed.Options{})
 	var times caseTimes
 	t.Cleanup(func() {
@@ -316,6 +317,7 @@ func TestRebootMatrixCanFail(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real node")
 	}
+	t.Parallel() // a test bed node of its own
 	c := newCrashNode(t, "")
 	pt := fault.AfterWrite.Of(nodestate.KubeAPIServer)
 	if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {
