@@ -31,9 +31,10 @@ build: ## build every command into bin/
 # (testbed.FreePorts, testbed.HoldPorts), and its files live in its own
 # temp dir. The one machine-wide name, the network namespace and bridge
 # of testbed's TestClusterNetNS, is used by that test alone (and by make
-# ha, which runs on its own). -parallel 4: within a package, tests that
-# opt in run four at a time; most of a test bed case waits on the kubelet
-# stand-in.
+# ha, which runs on its own). -parallel 8: within a package, tests that
+# opt in run eight at a time (every test bed node and fault matrix case
+# does): most of a case waits on the kubelet stand-in or on fsync, and
+# with 8 the engine's tests keep the 2 cores about a third busy.
 #
 # The fault matrices (make crash) are sampled: each scenario's every phase
 # once, from a seed printed here and in the engine's output; STRATUM_SEED
@@ -43,10 +44,11 @@ build: ## build every command into bin/
 # skip, naming what they need.
 SEED         := $(or $(STRATUM_SEED),$(shell date +%s%N))
 TEST_TIMEOUT ?= 30m
+PARALLEL     ?= 8
 test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full and a seeded sample of the others (about 8 minutes on 2 cores, warm caches)
 	$(GO) test -count=1 -run '^$$' ./... >/dev/null
 	@echo "make test: fault matrices $(if $(filter full,$(STRATUM_MATRIX)),in full,sampled with seed $(SEED) (replay: make test STRATUM_SEED=$(SEED); every case: make crash))"
-	STRATUM_SEED=$(SEED) STRATUM_MATRIX=$(STRATUM_MATRIX) $(GO) test -parallel 4 -count=1 -timeout $(TEST_TIMEOUT) ./...
+	STRATUM_SEED=$(SEED) STRATUM_MATRIX=$(STRATUM_MATRIX) $(GO) test -parallel $(PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # Everything CI runs (.ci/run calls it), in CI's order. The matrices run in
 # full inside make test's go test (STRATUM_MATRIX=full), not again after
@@ -106,7 +108,7 @@ fuzz: ## run each fuzz target for a fixed number of inputs (about 10 s each; FUZ
 CRASH_TESTS := TestCrashMatrix|TestRebootMatrix|TestMemMatrix|TestPowerLossMatrix|TestPowerCutAtEveryIO|TestIOErrorMatrix
 crash: ## every fault matrix in full (kill, reboot, power loss, power cut at every I/O, I/O errors), one summary line each (about 10 minutes; root, /dev/fuse)
 	@mkdir -p $(BIN)
-	STRATUM_MATRIX=full $(GO) test -count=1 -timeout 60m -parallel 4 -json -run '^($(CRASH_TESTS))$$' ./engine \
+	STRATUM_MATRIX=full $(GO) test -count=1 -timeout 60m -parallel $(PARALLEL) -json -run '^($(CRASH_TESTS))$$' ./engine \
 		| $(GO) run ./internal/harness/cmd/matrixsum 2>$(BIN)/crash.log
 
 torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more)
