@@ -73,23 +73,6 @@ type sampler struct {
 	seed   uint64
 }
 
-// TestMain says once which cases the fault matrices run, with the seed:
-// a failing sampled case is replayed with it. A bad STRATUM_MATRIX or
-// STRATUM_SEED stops the run before any test.
-func TestMain(m *testing.M) {
-	c := matrixSettings()
-	if c.err != nil {
-		fmt.Fprintln(os.Stderr, "engine tests:", c.err)
-		os.Exit(2)
-	}
-	if c.full {
-		fmt.Printf("engine: fault matrices in full (%s=full)\n", matrixEnv)
-	} else {
-		fmt.Printf("engine: fault matrices sampled, seed %d (replay: %s=%d; every case: %s=full)\n", c.seed, seedEnv, c.seed, matrixEnv)
-	}
-	os.Exit(m.Run())
-}
-
 // newSampler is the sampler of the matrix named matrix (its top-level
 // test).
 func newSampler(matrix string) *sampler {
