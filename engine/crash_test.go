@@ -196,6 +196,7 @@ func TestCrashRandom(t *testing.T) {
 				fail = nodestate.Scheduler
 			}
 			c := newCrashNode(t, fail)
+			_, before := c.transactions()
 			cmd := runbin.Command(runbin.Stratum(t), "", c.args("run", "--to", c.release)...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -215,9 +216,20 @@ func TestCrashRandom(t *testing.T) {
 			if failing {
 				want = RolledBack
 			}
-			// The run may have finished before the kill: then resume has
-			// nothing to do and exits 0 whatever the outcome was.
-			if cmd.ProcessState.ExitCode() >= 0 {
+			// The kill may have landed before the transaction began (a
+			// short delay on a loaded machine): resume has nothing to do
+			// and nothing may have changed.
+			if open, n := c.transactions(); !open && n == before {
+				c.run(0, "", "resume")
+				if now := (&fixture{t: t, node: c.node}).manifests(); !sameFiles(now, c.before) {
+					t.Error("the run was killed before its transaction began, yet the manifests changed")
+				}
+				return
+			}
+			// The run may have finished (or ended its transaction) before
+			// the kill: then resume has nothing to do and exits 0 whatever
+			// the outcome was.
+			if open, _ := c.transactions(); cmd.ProcessState.ExitCode() >= 0 || !open {
 				c.run(0, "", "resume")
 				j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
 				if err != nil {
@@ -230,4 +242,24 @@ func TestCrashRandom(t *testing.T) {
 			c.resumeAndCheck(want)
 		})
 	}
+}
+
+// transactions reads the node's journal: whether a transaction is open,
+// and how many it holds in all.
+func (c *crashNode) transactions() (open bool, n int) {
+	c.t.Helper()
+	j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer j.Close()
+	txn, err := j.OpenTxn()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	hist, err := j.History(0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return txn != nil, len(hist)
 }
