@@ -56,7 +56,7 @@ test: ## the quick answer: unit and package tests, test bed nodes, the in-memory
 # timing lines count from CHECK_START (.ci/run passes its own).
 CHECK_START := $(or $(CHECK_START),$(shell date +%s))
 CHECK_LABEL ?= check
-check: ## everything CI runs: lint, make test with every fault matrix in full, fuzz, test-real, ha, e2e-kubelet (root; about 45 minutes on a fresh 2-core machine)
+check: ## everything CI runs: lint, make test with every fault matrix in full, fuzz, test-real, ha, e2e-kubelet (root; about 45 minutes on a fresh 2-core machine, estimated)
 	$(MAKE) lint
 	$(MAKE) test STRATUM_MATRIX=full TEST_TIMEOUT=60m
 	$(MAKE) fuzz
@@ -106,7 +106,7 @@ fuzz: ## run each fuzz target for a fixed number of inputs (about 10 s each; FUZ
 # summed up by matrixsum: one line per matrix; the test output goes to
 # bin/crash.log.
 CRASH_TESTS := TestCrashMatrix|TestRebootMatrix|TestMemMatrix|TestPowerLossMatrix|TestPowerCutAtEveryIO|TestIOErrorMatrix
-crash: ## every fault matrix in full (kill, reboot, power loss, power cut at every I/O, I/O errors), one summary line each (about 10 minutes; root, /dev/fuse)
+crash: ## every fault matrix in full (kill, reboot, power loss, power cut at every I/O, I/O errors), one summary line each (about 11 minutes; root, /dev/fuse)
 	@mkdir -p $(BIN)
 	STRATUM_MATRIX=full $(GO) test -count=1 -timeout 60m -parallel $(PARALLEL) -json -run '^($(CRASH_TESTS))$$' ./engine \
 		| $(GO) run ./internal/harness/cmd/matrixsum 2>$(BIN)/crash.log
