@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build test lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real ha flag-tables kubeadm-fixtures clean
+.PHONY: help build test check lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real ha flag-tables kubeadm-fixtures clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -18,17 +18,55 @@ LDFLAGS   := -X github.com/ciq/stratum-upgrade/internal/cli.Version=$(VERSION)
 build: ## build every command into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
+# make test is the quick answer, make check all of it (what CI runs).
+#
 # The first go test compiles every test binary with the default -p (one
-# package per core) and runs none: -p 1 below would compile one package at a
-# time, which on a cold cache costs minutes.
-# -p 1: integration tests run real processes under the component names and
-# scan the whole /proc; packages running at once would see each other's.
-# -parallel 4: within a package, tests that opt in run four at a time: the
-# crash matrix's cases are nodes of their own, each scan scoped to its node,
-# and mostly wait on the kubelet stand-in (82 s instead of 225 s here).
-test: ## run every test (real processes, real files, real bbolt)
+# package per core) and runs none, so that a cold build cache compiles in
+# parallel even where the tests below would not.
+#
+# Packages run in parallel too (go test's default -p, one per core): every
+# test bed node's process scans are scoped to its own kubelet stand-in
+# (--proc-scope, proc.Scanner.Within; the in-memory matrices use the
+# kubelet model), its ports are claimed across test processes
+# (testbed.FreePorts, testbed.HoldPorts), and its files live in its own
+# temp dir. The one machine-wide name, the network namespace and bridge
+# of testbed's TestClusterNetNS, is used by that test alone (and by make
+# ha, which runs on its own). -parallel 8: within a package, tests that
+# opt in run eight at a time (every test bed node and fault matrix case
+# does): most of a case waits on the kubelet stand-in or on fsync, and
+# with 8 the engine's tests keep the 2 cores about a third busy.
+#
+# The fault matrices (make crash) are sampled: each scenario's every phase
+# once, from a seed printed here and in the engine's output; STRATUM_SEED
+# replays a run, STRATUM_MATRIX=full (make check) runs every case. The
+# real control plane (make test-real) and the three-node tests (make ha)
+# skip. Not root: the tests that need root, FUSE or a network namespace
+# skip, naming what they need.
+SEED         := $(or $(STRATUM_SEED),$(shell date +%s%N))
+TEST_TIMEOUT ?= 30m
+PARALLEL     ?= 8
+test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full and a seeded sample of the others (about 8 minutes on 2 cores, warm caches)
 	$(GO) test -count=1 -run '^$$' ./... >/dev/null
-	$(GO) test -p 1 -parallel 4 -count=1 -timeout 40m ./...
+	@echo "make test: fault matrices $(if $(filter full,$(STRATUM_MATRIX)),in full,sampled with seed $(SEED) (replay: make test STRATUM_SEED=$(SEED); every case: make crash))"
+	STRATUM_SEED=$(SEED) STRATUM_MATRIX=$(STRATUM_MATRIX) $(GO) test -parallel $(PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Everything CI runs (.ci/run calls it), in CI's order. The matrices run in
+# full inside make test's go test (STRATUM_MATRIX=full), not again after
+# it: they overlap the other packages, and every case runs once. The
+# timing lines count from CHECK_START (.ci/run passes its own).
+CHECK_START := $(or $(CHECK_START),$(shell date +%s))
+CHECK_LABEL ?= check
+check: ## everything CI runs: lint, make test with every fault matrix in full, fuzz, test-real, ha, e2e-kubelet (root; about 45 minutes on a fresh 2-core machine, estimated)
+	$(MAKE) lint
+	$(MAKE) test STRATUM_MATRIX=full TEST_TIMEOUT=60m
+	$(MAKE) fuzz
+	@echo "$(CHECK_LABEL): lint and tests passed after $$(( $$(date +%s) - $(CHECK_START) ))s"
+	$(MAKE) test-real
+	@echo "$(CHECK_LABEL): real control plane passed after $$(( $$(date +%s) - $(CHECK_START) ))s"
+	$(MAKE) ha
+	@echo "$(CHECK_LABEL): three-node cluster passed after $$(( $$(date +%s) - $(CHECK_START) ))s"
+	$(MAKE) e2e-kubelet
+	@echo "$(CHECK_LABEL): passed in $$(( $$(date +%s) - $(CHECK_START) ))s"
 
 lint: ## go.mod/go.sum tidy check, gofmt check, go vet, staticcheck
 	$(GO) mod tidy -diff
@@ -63,13 +101,14 @@ fuzz: ## run each fuzz target for a fixed number of inputs (about 10 s each; FUZ
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$budget" -fuzzminimizetime 200x "$$pkg"; \
 	done
 
-# The fault matrices of docs/reliability.md, each in full (make test runs
-# them too, but samples the power cuts at every I/O), summed up by
-# matrixsum: one line per matrix; the test output goes to bin/crash.log.
+# The fault matrices of docs/reliability.md, each in full (make test
+# samples them; make check runs them in full inside its make test),
+# summed up by matrixsum: one line per matrix; the test output goes to
+# bin/crash.log.
 CRASH_TESTS := TestCrashMatrix|TestRebootMatrix|TestMemMatrix|TestPowerLossMatrix|TestPowerCutAtEveryIO|TestIOErrorMatrix
-crash: ## every fault matrix in full (kill, reboot, power loss, power cut at every I/O, I/O errors), one summary line each (about 15 minutes; root, /dev/fuse)
+crash: ## every fault matrix in full (kill, reboot, power loss, power cut at every I/O, I/O errors), one summary line each (about 11 minutes; root, /dev/fuse)
 	@mkdir -p $(BIN)
-	STRATUM_CUT_SAMPLE=all $(GO) test -count=1 -timeout 60m -parallel 4 -json -run '^($(CRASH_TESTS))$$' ./engine \
+	STRATUM_MATRIX=full $(GO) test -count=1 -timeout 60m -parallel $(PARALLEL) -json -run '^($(CRASH_TESTS))$$' ./engine \
 		| $(GO) run ./internal/harness/cmd/matrixsum 2>$(BIN)/crash.log
 
 torture: ## randomized SIGKILL crash test, 50 rounds (STRATUM_TORTURE=N for more)
@@ -87,17 +126,18 @@ demo: ## the demo: a node in a temp dir, a real etcd 3.5 -> 3.6 upgrade, then a 
 real-binaries: ## build every real etcd and Kubernetes control plane (kube-apiserver, -controller-manager, -scheduler), and each version's kubeadm, into the cache, timing each (about 11 minutes per Kubernetes version from a cold build cache; kubeadm about 30 s more each)
 	$(GO) run ./internal/harness/cmd/buildbins
 
-# make test runs the real-control-plane tests only when the binaries are in
-# the cache; here STRATUM_REAL=1 builds them first (make real-binaries) and
-# the tests never skip. CI runs it after make test.
+# The real control plane's tests run here only (STRATUM_REAL=1; go test
+# and make test skip them, built or not): real-binaries builds what is
+# missing first, so they never skip. CI runs it after make test.
 # internal/harness/kubeadmgen: every kubeadm fixture regenerated by the real
 # kubeadm and kubelet code and compared with the checked-in one,
 # kubelet's UID rule pinned, the render of each adopted state checked to
 # keep the real kubelet's pod UIDs, and kubeletpod.Same checked against
-# them (a few seconds once kubeadm is built).
-REAL_TESTS := TestReal
-test-real: real-binaries ## the real control plane (kube-apiserver, -controller-manager, -scheduler 1.36 and 1.37; etcd 3.5-3.7) from the rendered manifests: starts, upgrades, the etcd chain, a rollback; the kubeadm fixtures are still kubeadm's output
-	STRATUM_REAL=1 $(GO) test -p 1 -count=1 -timeout 40m -run '^$(REAL_TESTS)' ./engine ./internal/harness/testbed ./internal/harness/kubeadmgen
+# them (a few seconds once kubeadm is built). TestDemoReal: make demo
+# REAL=1.
+REAL_TESTS := TestReal|TestDemoReal
+test-real: real-binaries ## the real control plane (kube-apiserver, -controller-manager, -scheduler 1.36 and 1.37; etcd 3.5-3.7) from the rendered manifests: starts, upgrades, the etcd chain, a rollback, the real demo; the kubeadm fixtures are still kubeadm's output
+	STRATUM_REAL=1 $(GO) test -p 1 -count=1 -timeout 40m -run '^($(REAL_TESTS))' ./engine ./internal/harness/testbed ./internal/harness/kubeadmgen ./internal/harness/cmd/demo
 
 # The Kubernetes tables come from each version's flagdump (its tool
 # module's flagdump/, built into the cache beside the binaries): the whole
@@ -115,7 +155,8 @@ kubeadm-fixtures: ## rewrite testdata/kubeadm/<version>/<config>/ with the real 
 	$(GO) run ./internal/harness/cmd/kubeadmfixtures
 
 # The three-node tests of docs/ha.md (TestHA* in engine and the command):
-# make test skips them; their figures go into docs/performance.md. The
+# make test skips them (-p 1 here: the partition tests share one network
+# namespace name); their figures go into docs/performance.md. The
 # partition tests make a network namespace, a veth and a bridge (strat-ns,
 # strat-br0) with iproute2's ip, as root; they skip without.
 ha: ## three nodes of one real etcd cluster: concurrent runs serialize, a crash mid-transaction resumes, a rollback halts the rollout, the quorum gate, a node cut off in its etcd step (root, iproute2); prints the availability figures (about 9 minutes)

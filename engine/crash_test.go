@@ -115,15 +115,21 @@ func (c *crashNode) resumeAndCheck(want Outcome) {
 
 // TestCrashMatrix runs its cases in parallel (go test's -parallel, by
 // default one per core): each is its own node, and every scan the binary
-// makes is scoped to that node's kubelet stand-in (--proc-scope).
+// makes is scoped to that node's kubelet stand-in (--proc-scope). Unless
+// STRATUM_MATRIX=full, a sample of the points (sample_test.go).
 func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash matrix: every step boundary, each on a fresh node")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	probe := testbed.Options{}
 	st := mustState(t, probe)
+	s := newSampler("TestCrashMatrix")
 	t.Run("upgrade", func(t *testing.T) {
-		for _, pt := range fault.UpgradePoints(manifest.NamesFor(st)) {
+		all := fault.UpgradePoints(manifest.NamesFor(st))
+		pts := s.points("upgrade", all, nil)
+		s.logPicked(t, len(pts), len(all))
+		for _, pt := range pts {
 			t.Run(string(pt), func(t *testing.T) {
 				t.Parallel()
 				c := newCrashNode(t, "")
@@ -135,7 +141,10 @@ func TestCrashMatrix(t *testing.T) {
 		}
 	})
 	t.Run("rollback", func(t *testing.T) {
-		for _, pt := range fault.RollbackPoints(manifest.NamesFor(st)) {
+		all := fault.RollbackPoints(manifest.NamesFor(st))
+		pts := s.points("rollback", all, nil)
+		s.logPicked(t, len(pts), len(all))
+		for _, pt := range pts {
 			t.Run(string(pt), func(t *testing.T) {
 				t.Parallel()
 				c := newCrashNode(t, nodestate.Scheduler)
@@ -166,6 +175,7 @@ func TestCrashRandom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("randomized crashes")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	rounds := 3
 	if v, err := strconv.Atoi(os.Getenv("STRATUM_TORTURE")); err == nil && v > 0 {
 		rounds = v
@@ -180,11 +190,13 @@ func TestCrashRandom(t *testing.T) {
 		failing := rng.IntN(2) == 1
 		delay := time.Duration(rng.IntN(6000)) * time.Millisecond
 		t.Run(fmt.Sprintf("round%d-failing=%v-kill-after-%s", i, failing, delay), func(t *testing.T) {
+			t.Parallel() // each round is a node of its own, as in TestCrashMatrix
 			fail := ""
 			if failing {
 				fail = nodestate.Scheduler
 			}
 			c := newCrashNode(t, fail)
+			_, before := c.transactions()
 			cmd := runbin.Command(runbin.Stratum(t), "", c.args("run", "--to", c.release)...)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -204,9 +216,20 @@ func TestCrashRandom(t *testing.T) {
 			if failing {
 				want = RolledBack
 			}
-			// The run may have finished before the kill: then resume has
-			// nothing to do and exits 0 whatever the outcome was.
-			if cmd.ProcessState.ExitCode() >= 0 {
+			// The kill may have landed before the transaction began (a
+			// short delay on a loaded machine): resume has nothing to do
+			// and nothing may have changed.
+			if open, n := c.transactions(); !open && n == before {
+				c.run(0, "", "resume")
+				if now := (&fixture{t: t, node: c.node}).manifests(); !sameFiles(now, c.before) {
+					t.Error("the run was killed before its transaction began, yet the manifests changed")
+				}
+				return
+			}
+			// The run may have finished (or ended its transaction) before
+			// the kill: then resume has nothing to do and exits 0 whatever
+			// the outcome was.
+			if open, _ := c.transactions(); cmd.ProcessState.ExitCode() >= 0 || !open {
 				c.run(0, "", "resume")
 				j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
 				if err != nil {
@@ -219,4 +242,24 @@ func TestCrashRandom(t *testing.T) {
 			c.resumeAndCheck(want)
 		})
 	}
+}
+
+// transactions reads the node's journal: whether a transaction is open,
+// and how many it holds in all.
+func (c *crashNode) transactions() (open bool, n int) {
+	c.t.Helper()
+	j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer j.Close()
+	txn, err := j.OpenTxn()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	hist, err := j.History(0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return txn != nil, len(hist)
 }

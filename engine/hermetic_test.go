@@ -33,6 +33,7 @@ func stopAt(e *Engine, p fault.Point, fn func()) bool {
 // manifest, whose audit-policy annotation is the hash of the policy the
 // plan read; the next plan shows the edit as a kube-apiserver change.
 func TestResumeWritesPlannedBytes(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{StateFile: "testdata/states/cis.yaml"})
 	dl := Deadlines{Replace: 20 * time.Second, Active: 10 * time.Second, Stop: 10 * time.Second, Soak: 500 * time.Millisecond, Release: 300 * time.Millisecond}
 	rel := release(f.node.State, false, "", standin.ModeHealthy)

@@ -76,6 +76,7 @@ func rotateServiceAccountKey(t *testing.T, st *nodestate.NodeState) {
 // waits, and every other component keeps its processes (pid and start
 // ticks). Before the rotation the same release is nothing to do.
 func TestRotatedInputRestartsItsReaders(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	rel := sameRelease(f.node.State)
 	if _, err := f.e.Run(t.Context(), rel, nil); !errors.Is(err, ErrNothingToDo) {

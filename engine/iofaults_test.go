@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -263,22 +264,42 @@ func sameFiles(a, b map[string][]byte) bool {
 	return true
 }
 
-// TestIOErrorMatrix runs every row of ioFaults.
+// TestIOErrorMatrix runs every row of ioFaults (unless STRATUM_MATRIX=full,
+// a sample: one row of each target, the errno and how long it lasts
+// rotating, and every row that is not the file system's).
 func TestIOErrorMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("I/O-error matrix: a FUSE mount per case")
 	}
-	rows := ioFaults()
-	ok := 0
+	t.Parallel() // beside the other matrices: most of a case is waiting
+	all := ioFaults()
+	s := newSampler("TestIOErrorMatrix")
+	// A row's phase is its target (manifest-write, proc-unreadable...),
+	// its "component" the errno and how long (EIO/once...).
+	part := func(i int, which int) string {
+		f := strings.SplitN(all[i].name, "/", 2)
+		if which >= len(f) {
+			return ""
+		}
+		return f[which]
+	}
+	var rows []ioFault
+	for _, i := range s.pick("rows", len(all), func(i int) string { return part(i, 0) }, func(i int) string { return part(i, 1) }) {
+		rows = append(rows, all[i])
+	}
+	s.logPicked(t, len(rows), len(all))
+	var ok atomic.Int32
+	// After every row: they run in parallel, each on a mount of its own.
+	t.Cleanup(func() { t.Logf("io-errors %d/%d converged", ok.Load(), len(rows)) })
 	for _, f := range rows {
 		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
 			for _, p := range ioCase(t, f) {
 				t.Error(p)
 			}
 			if !t.Failed() {
-				ok++
+				ok.Add(1)
 			}
 		})
 	}
-	t.Logf("io-errors %d/%d converged", ok, len(rows))
 }

@@ -89,6 +89,7 @@ func rewriteJSON(b *bolt.Bucket, fn func(map[string]any)) error {
 // engine pins the targets a schema-1 binary would have written, and the
 // upgrade commits with every manifest the render of the new state.
 func TestResumeSchemaV1Txn(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	rel := release(f.node.State, false, "", standin.ModeHealthy)
 	ctx := context.Background()

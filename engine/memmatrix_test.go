@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -617,10 +616,14 @@ func memCase(t *testing.T, n *memNode, sc memScenario, pt fault.Point, after fun
 // each as a crash of stratum-upgrade alone and as a reboot; on the
 // default node and on one with a VIP (kube-vip has no health endpoint).
 func TestMemMatrix(t *testing.T) {
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	start := time.Now()
-	var times []time.Duration
+	var times caseTimes
+	// After every case: the subtests run in parallel.
+	t.Cleanup(func() { t.Logf("%s, in %s", &times, time.Since(start).Round(time.Millisecond)) })
 	for _, node := range []string{"default", "vip"} {
 		t.Run(node, func(t *testing.T) {
+			t.Parallel()
 			vip := node == "vip"
 			st := newMemNodeVIP(t, vip).st
 			for _, sc := range memScenarios(st) {
@@ -628,35 +631,30 @@ func TestMemMatrix(t *testing.T) {
 			}
 		})
 	}
-	if len(times) == 0 {
-		return
-	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	var sum time.Duration
-	for _, d := range times {
-		sum += d
-	}
-	t.Logf("%d cases in %s: per case mean %s, median %s, max %s", len(times), time.Since(start).Round(time.Millisecond),
-		(sum / time.Duration(len(times))).Round(time.Microsecond), times[len(times)/2].Round(time.Microsecond), times[len(times)-1].Round(time.Microsecond))
 }
 
-// memMatrix runs scenario sc at each of its points, in both variants.
-func memMatrix(t *testing.T, sc memScenario, vip bool, times *[]time.Duration) {
+// memMatrix runs scenario sc at each of its points, in both variants. The
+// cases run in parallel: each is a node of its own, and a journal's fsyncs
+// are most of what one waits for.
+func memMatrix(t *testing.T, sc memScenario, vip bool, times *caseTimes) {
 	t.Run(sc.name, func(t *testing.T) {
+		t.Parallel()
 		for _, variant := range []string{"crash", "reboot"} {
 			t.Run(variant, func(t *testing.T) {
+				t.Parallel()
 				for _, pt := range sc.points {
 					t.Run(string(pt), func(t *testing.T) {
 						if d, ok := knownDefects[sc.name+"/"+variant+"/"+string(pt)]; ok && os.Getenv("STRATUM_MEMMATRIX_DEFECTS") == "" {
 							t.Skip("known defect: " + d)
 						}
+						t.Parallel()
 						t0 := time.Now()
 						reboot := variant == "reboot"
 						problems := memCase(t, newMemNodeVIP(t, vip), sc, pt, func(n *memNode) []string {
 							n.crash(reboot)
 							return nil
 						})
-						*times = append(*times, time.Since(t0))
+						times.since(t0)
 						for _, p := range problems {
 							t.Error(p)
 						}

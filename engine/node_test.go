@@ -127,6 +127,7 @@ func checkConverged(t *testing.T, n *testbed.Node, j *journal.Journal, want Outc
 }
 
 func TestUpgradeCommits(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	for _, vip := range []bool{false, true} {
 		name := "without-vip"
 		if vip {
@@ -156,6 +157,7 @@ func TestUpgradeCommits(t *testing.T) {
 }
 
 func TestFailuresRollBack(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	cases := []struct {
 		mode     standin.Mode
 		comp     string
@@ -170,6 +172,7 @@ func TestFailuresRollBack(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(string(c.mode)+"-"+c.comp, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t, testbed.Options{})
 			if c.crashLag != "" {
 				ref := testbed.ModeImage(c.comp, "v1.34.5", c.mode)
@@ -203,6 +206,7 @@ func TestFailuresRollBack(t *testing.T) {
 // restored manifest), and the rollback took that restart for its
 // replacement, then failed its soak when kubelet killed it.
 func TestRollbackMarksAfterOldPodsAreGone(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	comp := nodestate.Scheduler
 	mode := standin.ModeCrashAfter
@@ -260,6 +264,7 @@ func kubeImage(n *testbed.Node, comp string, env map[string]string) kubeletImage
 }
 
 func TestRollbackThatFailsIsJournaled(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	// Once the rollback starts, the old scheduler image is broken too: the
 	// old scheduler cannot come back.
@@ -297,6 +302,7 @@ func TestRollbackThatFailsIsJournaled(t *testing.T) {
 }
 
 func TestInterruptedRunResumes(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	f.onEvent = func(ev Event) {
@@ -329,6 +335,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 // by kubelet, and the boot id changes. Resume must count every process as
 // new and converge.
 func TestRebootMidUpgrade(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	f.onEvent = func(ev Event) {
@@ -384,6 +391,7 @@ func TestRebootMidUpgrade(t *testing.T) {
 }
 
 func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	t.Run("commit", func(t *testing.T) {
 		f := newFixture(t, testbed.Options{})
 		etcdclient.Put(t, f.node, "before", "1")

@@ -3,16 +3,15 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/internal/harness/lazyfs"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/snapshot"
@@ -94,41 +93,51 @@ func (n *memNode) afterBoot() []string {
 }
 
 // TestPowerLossMatrix runs every point of the memory matrix's scenarios
-// with a power cut. (Torn writes are TestPowerCutAtEveryIO's: at the
+// with a power cut (unless STRATUM_MATRIX=full, a sample: sample_test.go).
+// (Torn writes are TestPowerCutAtEveryIO's: at the
 // journaled points everything is durable already, which this shows.)
 func TestPowerLossMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("power-loss matrix: a FUSE mount per case")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	start := time.Now()
-	var times []time.Duration
+	var times caseTimes
+	var mu sync.Mutex // guards lost and reverted
 	var lost int64
 	var reverted int
+	// After every case: they run in parallel, each on a mount of its own.
+	t.Cleanup(func() {
+		t.Logf("%s, in %s; the power cuts lost %d bytes and reverted %d files or directories in all",
+			&times, time.Since(start).Round(time.Millisecond), lost, reverted)
+	})
 	st := newMemNode(t).st
+	s := newSampler("TestPowerLossMatrix")
 	for _, sc := range memScenarios(st) {
 		t.Run(sc.name, func(t *testing.T) {
-			for _, pt := range sc.points {
+			t.Parallel()
+			// A point not on the path is a case too: the power goes after
+			// the whole transaction.
+			pts := s.points(sc.name, sc.points, nil)
+			s.logPicked(t, len(pts), len(sc.points))
+			for _, pt := range pts {
 				t.Run(string(pt), func(t *testing.T) {
-					t0 := time.Now()
+					t.Parallel()
+					defer times.since(time.Now())
 					fsys := lazyfs.MountT(t)
 					n := newMemNodeAt(t, fsys.Mountpoint(), false)
 					for _, p := range memCase(t, n, sc, pt, powerCut(fsys)) {
 						t.Error(p)
 					}
-					s := fsys.Stats()
-					lost += s.LastLostBytes
-					reverted += s.LastRevertedFiles + s.LastRevertedDirs
-					times = append(times, time.Since(t0))
+					st := fsys.Stats()
+					mu.Lock()
+					lost += st.LastLostBytes
+					reverted += st.LastRevertedFiles + st.LastRevertedDirs
+					mu.Unlock()
 				})
 			}
 		})
 	}
-	if len(times) == 0 {
-		return
-	}
-	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-	t.Logf("%d cases in %s: per case median %s, max %s; the power cuts lost %d bytes and reverted %d files or directories in all",
-		len(times), time.Since(start).Round(time.Millisecond), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond), lost, reverted)
 }
 
 // The matrix's check sees what a power loss does to a store that does not
@@ -165,49 +174,26 @@ func TestPowerLossLosesWhatIsNotDurable(t *testing.T) {
 // the disk must pass afterBoot and resume must converge to the outcome the
 // journal then holds (or, when the transaction never began, nothing may
 // have changed). A run of a scenario first counts its changes; every n is
-// a case. By default 40 of them per scenario run, chosen by a seed
-// (printed; STRATUM_SEED replays it); STRATUM_CUT_SAMPLE=k runs k, and
-// STRATUM_CUT_SAMPLE=all (make crash) runs every one.
+// a case. Unless STRATUM_MATRIX=full, a sample (sample_test.go): one cut
+// in each stretch between two fault points the transaction passes (its
+// phase: the point before it, without its component), so every part of
+// the transaction loses its power once per run.
 func TestPowerCutAtEveryIO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("power cut at every I/O: a FUSE mount per case")
 	}
-	sample := 40
-	switch v := os.Getenv("STRATUM_CUT_SAMPLE"); v {
-	case "":
-	case "all":
-		sample = 0
-	default:
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("STRATUM_CUT_SAMPLE=%q: want a count of cuts per scenario or \"all\"", v)
-		}
-		sample = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("STRATUM_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	if sample > 0 {
-		t.Logf("%d cuts per scenario, seed %d (replay with STRATUM_SEED=%d)", sample, seed, seed)
-	}
-	rng := rand.New(rand.NewPCG(seed, seed^0xc07))
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	st := newMemNode(t).st
+	s := newSampler("TestPowerCutAtEveryIO")
 	for _, sc := range memScenarios(st) {
 		t.Run(sc.name, func(t *testing.T) {
-			total := countChanges(t, sc)
-			cuts := make([]int, total)
-			for i := range cuts {
-				cuts[i] = i
-			}
-			if sample > 0 && sample < total {
-				rng.Shuffle(len(cuts), func(i, j int) { cuts[i], cuts[j] = cuts[j], cuts[i] })
-				cuts = cuts[:sample]
-				sort.Ints(cuts)
-			}
-			t.Logf("%s makes %d changes to the file system; cutting after %d of them", sc.name, total, len(cuts))
+			t.Parallel()
+			after := countChanges(t, sc)
+			cuts := s.pick(sc.name, len(after), func(n int) string { return pointPhase(after[n]) }, func(n int) string { return pointComponent(after[n]) })
+			t.Logf("%s makes %d changes to the file system; cutting after %d of them", sc.name, len(after), len(cuts))
 			for _, n := range cuts {
 				t.Run(fmt.Sprintf("after-%d", n), func(t *testing.T) {
+					t.Parallel()
 					for _, p := range cutCase(t, sc, n) {
 						t.Error(p)
 					}
@@ -217,9 +203,14 @@ func TestPowerCutAtEveryIO(t *testing.T) {
 	}
 }
 
-// countChanges runs sc on a fresh node and returns how many changes the
-// transaction made to the file system.
-func countChanges(t *testing.T, sc memScenario) int {
+// beforeAny is the phase of the changes a transaction makes before it
+// passes its first fault point.
+const beforeAny fault.Point = "before-after-begin"
+
+// countChanges runs sc on a fresh node and returns, for each change the
+// transaction made to the file system, in order, the last fault point it
+// passed before that change (beforeAny for none).
+func countChanges(t *testing.T, sc memScenario) []fault.Point {
 	t.Helper()
 	fsys := lazyfs.MountT(t)
 	n := newMemNodeAt(t, fsys.Mountpoint(), false)
@@ -227,10 +218,21 @@ func countChanges(t *testing.T, sc memScenario) int {
 		sc.setup(t, n)
 	}
 	count := fsys.Inject(lazyfs.Rule{Op: lazyfs.OpMutate, Errno: syscall.EIO, After: 1 << 30})
-	if _, err := sc.run(t.Context(), n.engine(nil), n); err != nil && !errors.Is(err, ErrRolledBack) {
+	// passed[i] is the point passed before change i: a change seen after
+	// the hook at p ran belongs to p's stretch.
+	var passed []fault.Point
+	last := beforeAny
+	note := func() {
+		for int64(len(passed)) < count.Seen() {
+			passed = append(passed, last)
+		}
+	}
+	hook := func(p fault.Point) { note(); last = p }
+	if _, err := sc.run(t.Context(), n.engine(hook), n); err != nil && !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("%s without a cut: %v", sc.name, err)
 	}
-	return int(count.Seen())
+	note()
+	return passed
 }
 
 // cutCase runs sc with the power cut after its after-th change.

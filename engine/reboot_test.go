@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -221,31 +220,26 @@ func rebootCase(t *testing.T, sc rebootScenario, pt fault.Point) {
 	}
 }
 
-// TestRebootMatrix runs its cases in parallel, as TestCrashMatrix does.
+// TestRebootMatrix runs its cases in parallel, as TestCrashMatrix does;
+// unless STRATUM_MATRIX=full, a sample of them (sample_test.go).
 func TestRebootMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reboot matrix: every point, each on a fresh node")
 	}
+	t.Parallel() // beside the other matrices: most of a case is waiting
 	st := mustState(t, testbed.Options{})
-	var mu sync.Mutex
-	var times []time.Duration
+	var times caseTimes
 	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(times) == 0 {
-			return
+		if s := times.String(); s != "" {
+			t.Logf("%s run", s)
 		}
-		slices.Sort(times)
-		var sum time.Duration
-		for _, d := range times {
-			sum += d
-		}
-		t.Logf("%d cases run: per case mean %s, median %s, max %s", len(times), (sum / time.Duration(len(times))).Round(time.Millisecond),
-			times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 	})
+	s := newSampler("TestRebootMatrix")
 	for _, sc := range rebootScenarios(st) {
 		t.Run(sc.name, func(t *testing.T) {
-			for _, pt := range sc.points {
+			pts := s.points(sc.name, sc.points, sc.notOnPath)
+			s.logPicked(t, len(pts), len(sc.points))
+			for _, pt := range pts {
 				t.Run(string(pt), func(t *testing.T) {
 					if why, ok := sc.notOnPath[pt]; ok {
 						t.Skip("not on the path: " + why)
@@ -254,12 +248,7 @@ func TestRebootMatrix(t *testing.T) {
 						t.Skip("known defect: " + d)
 					}
 					t.Parallel()
-					t0 := time.Now()
-					defer func() {
-						mu.Lock()
-						times = append(times, time.Since(t0))
-						mu.Unlock()
-					}()
+					defer times.since(time.Now())
 					rebootCase(t, sc, pt)
 				})
 			}
@@ -328,6 +317,7 @@ func TestRebootMatrixCanFail(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real node")
 	}
+	t.Parallel() // a test bed node of its own
 	c := newCrashNode(t, "")
 	pt := fault.AfterWrite.Of(nodestate.KubeAPIServer)
 	if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {

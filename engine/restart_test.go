@@ -31,6 +31,7 @@ func replacedOnly(t *testing.T, st *nodestate.NodeState, before, after map[strin
 // commits with the node state unchanged. An unknown component is refused
 // before anything is begun.
 func TestRestart(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	if _, err := f.e.Restart(t.Context(), []string{"kube-proxy"}); !errors.Is(err, ErrUnknownComponent) {
 		t.Fatalf("restart of kube-proxy: %v, want ErrUnknownComponent", err)
@@ -62,6 +63,7 @@ func TestRestart(t *testing.T) {
 // the replacement the write caused; a second restart while it was open is
 // refused.
 func TestRestartResumesAfterCrash(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	before := identities(t, f.node)
 	ctx := context.Background()

@@ -115,6 +115,7 @@ func cisState(t *testing.T, st *nodestate.NodeState, dir string) *nodestate.Node
 // state again is nothing to do. A second apply while a transaction is open
 // is refused with nothing written.
 func TestApplyProfileSwitch(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	st := f.node.State
 	if _, err := f.e.Apply(t.Context(), st, UpgradeOptions{}); !errors.Is(err, ErrNothingToDo) {
@@ -189,6 +190,7 @@ func TestApplyProfileSwitch(t *testing.T) {
 // transaction rolls back to the manifests it began with, the journal's
 // node state unchanged.
 func TestApplyRollsBack(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	st := f.node.State
 	to := st.Clone()
@@ -228,6 +230,7 @@ func TestApplyRollsBack(t *testing.T) {
 // keeps the default profile, and the same cis switch without the bad
 // address still plans its changes.
 func TestApplyProfileSwitchRollsBack(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	st := f.node.State
 	to := cisState(t, st, filepath.Join(f.node.Root, "etc/stratum/profiles"))

@@ -34,6 +34,7 @@ func (f *fixture) running(comp string) bool {
 // brings the scheduler back with the waits, the controller-manager still
 // stopped; start with no names starts the rest.
 func TestStopStart(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	ctx := t.Context()
 	for _, c := range []string{nodestate.Etcd, nodestate.KubeAPIServer} {
@@ -107,6 +108,7 @@ func TestStopStart(t *testing.T) {
 // to go and commits the stopped list. A start whose component cannot come
 // up rolls back: its manifest removed again and the node state unchanged.
 func TestStopResumesAfterCrash(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	ctx := context.Background()
 	e := f.engine(f.node.Scanner, testDeadlines)
@@ -150,6 +152,7 @@ func TestStopResumesAfterCrash(t *testing.T) {
 // crashes right after writing the scheduler's manifest is then finished by
 // resume, which commits with the scheduler running and off the list.
 func TestStopSurvivesReboot(t *testing.T) {
+	t.Parallel() // a test bed node of its own
 	f := newFixture(t, testbed.Options{})
 	ctx := context.Background()
 	if res, err := f.e.Stop(ctx, []string{nodestate.Scheduler}, StopOptions{}); err != nil || res.Outcome != Committed {

@@ -15,7 +15,7 @@ import (
 // subscription can account for what the waits see.
 func TestArmedWait(t *testing.T) {
 	if w := self().watchExecs(); w == nil {
-		t.Skip("the kernel's process events connector is not available here (it needs root in the initial namespaces)")
+		t.Skip("needs the kernel's process events connector (root in the initial namespaces): make test as root")
 	} else {
 		w.close()
 	}

@@ -123,7 +123,7 @@ func TestWaitCgroupsGoneDeadlineNamesWhatIsLeft(t *testing.T) {
 // cgroup was removed (as kubelet's pcm.Destroy does).
 func TestPodCgroupsRealHierarchy(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a cgroup")
+		t.Skip("needs root to create a cgroup: make test as root")
 	}
 	hier := filepath.Join(DefaultCgroupRoot, "pids") // cgroup v1
 	if _, err := os.Stat(filepath.Join(hier, "cgroup.procs")); err != nil {

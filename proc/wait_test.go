@@ -111,7 +111,7 @@ func TestWaitReplacedEventsOrPolling(t *testing.T) {
 			if tc.label == "events" {
 				w := self().watchExecs()
 				if w == nil {
-					t.Skip("the kernel's process events connector is not available here (it needs root in the initial namespaces)")
+					t.Skip("needs the kernel's process events connector (root in the initial namespaces): make test as root")
 				}
 				w.close()
 			}
@@ -168,7 +168,7 @@ func TestWaitReplacedCancelledWhileWatching(t *testing.T) {
 func TestExecWatch(t *testing.T) {
 	w, err := openExecWatch()
 	if err != nil {
-		t.Skipf("the kernel's process events connector is not available here: %v", err)
+		t.Skipf("needs the kernel's process events connector (root in the initial namespaces): make test as root: %v", err)
 	}
 	defer w.close()
 	s := self()

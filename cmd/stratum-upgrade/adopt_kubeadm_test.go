@@ -49,6 +49,10 @@ func TestAdoptKubeadmOnTestBed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up test bed nodes")
 	}
+	// Beside the other tests: FreePorts never hands out kubeadm's 10257
+	// and 10259, which each case binds, holding them (HoldPorts) against
+	// any other test process that runs this one.
+	t.Parallel()
 	repo, err := build.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +76,7 @@ func TestAdoptKubeadmOnTestBed(t *testing.T) {
 }
 
 func adoptOnTestBed(t *testing.T, fixture, version string) {
+	testbed.HoldPorts(t, 5*time.Minute, 10257, 10259)
 	// What kubeadm's manifests say where they are: their directories and
 	// ports (Derive reads no file).
 	src, err := adopt.ReadKubeadm(filepath.Join(fixture, "manifests"), "")

@@ -41,6 +41,7 @@ func TestRestartOnDemoNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up a test bed node")
 	}
+	t.Parallel()
 	n := testbed.Start(t, testbed.Options{StateFile: "testdata/demo/node.yaml"})
 	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)

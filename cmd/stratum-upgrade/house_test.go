@@ -54,6 +54,7 @@ func TestProductImportsNoInternal(t *testing.T) {
 // The release binary cannot arm a fault point: the variable's name is not
 // even in it. The tagged build (the crash tests') has it.
 func TestReleaseBinaryHasNoFaultSwitch(t *testing.T) {
+	t.Parallel() // two go builds, while the test bed tests wait
 	for _, faults := range []bool{false, true} {
 		bin, err := build.StratumUpgrade(faults)
 		if err != nil {

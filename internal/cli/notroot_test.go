@@ -80,7 +80,7 @@ func copyExecutable(t *testing.T) string {
 // work. Run for real as uid 65534 (the test must run as root to switch).
 func TestNotRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run stratum-upgrade as uid 65534")
+		t.Skip("needs root to run stratum-upgrade as uid 65534: make test as root")
 	}
 	bin := copyExecutable(t)
 	root := filepath.Dir(bin) // 0755, root's

@@ -11,15 +11,15 @@ import (
 )
 
 // needKubeadm skips a test that needs version's kubeadm programs and root
-// when they are missing; STRATUM_REAL=1 (make test-real) builds the
-// programs instead of skipping.
+// unless STRATUM_REAL is set (make test-real, which builds the programs
+// first), even when they are built: make test-real is where these run.
 func needKubeadm(t *testing.T, version string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("kubeadm --rootfs and kubeletuid -as chroot: root only")
+	if os.Getenv("STRATUM_REAL") == "" {
+		t.Skipf("needs kubeadm %s and root: make test-real runs it (STRATUM_REAL=1 builds it first)", version)
 	}
-	if !kubebuild.KubeadmBuilt(version) && os.Getenv("STRATUM_REAL") == "" {
-		t.Skipf("kubeadm %s not built: make real-binaries, or STRATUM_REAL=1 to build it here", version)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (kubeadm --rootfs and kubeletuid -as chroot): make test-real as root")
 	}
 }
 

@@ -22,10 +22,10 @@ func MountT(t testing.TB) *FS {
 func MountOptsT(t testing.TB, opts Options) *FS {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("lazyfs: skipped: mounting FUSE without fusermount needs root")
+		t.Skip("needs root (lazyfs mounts FUSE without fusermount): make test or make crash as root")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("lazyfs: skipped: /dev/fuse is not available: %v", err)
+		t.Skipf("needs /dev/fuse (lazyfs): make test or make crash as root where FUSE is available: %v", err)
 	}
 	backing, mnt := t.TempDir(), t.TempDir()
 	if opts.StashDir == "" {

@@ -24,7 +24,7 @@ import (
 // bridge.
 func TestClusterNetNS(t *testing.T) {
 	if err := NetNSSupported(); err != nil {
-		t.Skip(err)
+		t.Skipf("needs a network namespace (%v): make test as root, with iproute2", err)
 	}
 	ip, _ := exec.LookPath("ip")
 	t.Cleanup(func() { // runs after the cluster's Stop

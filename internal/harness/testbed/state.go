@@ -5,13 +5,10 @@ package testbed
 import (
 	"encoding/base64"
 	"fmt"
-	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 
@@ -132,74 +129,6 @@ const portsPerNode = 6
 // nodePorts assigns portsPerNode free ports to a node's listeners.
 func nodePorts(p []int) nodestate.Ports {
 	return nodestate.Ports{EtcdClient: p[0], EtcdPeer: p[1], EtcdMetrics: p[2], APIServer: p[3], ControllerManager: p[4], Scheduler: p[5]}
-}
-
-// handedOut is every port FreePorts returned in this process: nodes started
-// in parallel (the crash matrix) never get the same port, even when the
-// kernel offers a port again after the first node's check released it.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// FreePorts returns n distinct free TCP ports on 127.0.0.1, none returned
-// before in this process. They are free when returned; another process may
-// still take one before it is used.
-//
-// The ports are picked below the kernel's ephemeral range
-// (net.ipv4.ip_local_port_range): a port the kernel handed out for a
-// listen on :0 is in that range, and so is the local port of every
-// outgoing connection, so with dozens of nodes probing each other one of
-// those connections took an etcd port between the check and etcd's bind
-// (etcd then exits 1 with "address already in use", seen in CI).
-func FreePorts(n int) ([]int, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	lo, hi := portRange()
-	out := make([]int, 0, n)
-	for tries := 0; len(out) < n; tries++ {
-		if tries > 100*n {
-			return nil, fmt.Errorf("testbed: free port: no free port in %d-%d after %d tries", lo, hi, tries)
-		}
-		port := lo + mrand.IntN(hi-lo)
-		if handedOut.ports[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // taken by somebody else
-		}
-		lns = append(lns, l) // held open until return
-		handedOut.ports[port] = true
-		out = append(out, port)
-	}
-	return out, nil
-}
-
-// portRange is the range FreePorts picks from: [10000, the start of the
-// ephemeral range), or 20000-30000 when that range cannot be read or
-// starts too low to leave room.
-func portRange() (lo, hi int) {
-	lo, hi = 20000, 30000
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return lo, hi
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return lo, hi
-	}
-	first, err := strconv.Atoi(f[0])
-	if err != nil || first < 12000 {
-		return lo, hi
-	}
-	return 10000, first
 }
 
 // kubeconfigClients are the kubeconfigs WriteKubeconfigs writes, each with

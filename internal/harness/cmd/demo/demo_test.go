@@ -231,6 +231,9 @@ func TestDemoReal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo on the real control plane: minutes")
 	}
+	if os.Getenv("STRATUM_REAL") == "" {
+		t.Skip("needs the real control plane: make test-real runs it")
+	}
 	if msg := realPlane.notBuilt(kubebuild.Built); msg != "" {
 		t.Skipf("%s (this test does not build it)", msg)
 	}
