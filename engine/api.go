@@ -170,7 +170,7 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 	// checks, then refuses.
 	p, err := plan(t)
 	if err != nil {
-		return Result{}, err
+		return Result{}, refusal(err, terr)
 	}
 	if terr != nil {
 		return Result{}, terr
@@ -202,6 +202,18 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 		e.hit(fault.AfterBegin)
 		return e.drive(ctx, &txn)
 	})
+}
+
+// refusal is the error of a plan that refused (err) on a node whose
+// topology is unknown (terr, nil when known): a refusal as the only
+// control-plane node rests on the member count 0 an unknown topology plans
+// with, and the node may be one of several, so the unknown topology is the
+// answer.
+func refusal(err, terr error) error {
+	if terr != nil && errors.Is(err, ErrControlPlaneDown) {
+		return terr
+	}
+	return err
 }
 
 func openTxnError(t *journal.Txn) error {

@@ -66,7 +66,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	}
 	u, err := e.planUndo(cur, last, t)
 	if err != nil {
-		return Result{}, err
+		return Result{}, refusal(err, terr)
 	}
 	if terr != nil {
 		return Result{}, terr
