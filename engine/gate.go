@@ -42,11 +42,9 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	if p == journal.PhaseRollingBack {
 		return e.rollbackGate(ctx, r)
 	}
-	if t, err := manifest.Target(r.from, comp); err == nil {
-		if ps, err := e.procs.PIDs(t.Binary); err == nil && len(ps) == 0 {
-			e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
-			return nil
-		}
+	if !e.etcdRuns(r) {
+		e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
+		return nil
 	}
 	self := r.from.Etcd.MemberName
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
@@ -124,18 +122,22 @@ func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 }
 
 // etcdRuns reports whether a process of etcd (the old or the new one)
-// runs on this node; when /proc cannot be read, it may.
+// runs on this node; when /proc cannot be read, it may. A node state that
+// has etcd stopped (a start's from, a stop's to) has no target for it: the
+// other one names its binary.
 func (e *Engine) etcdRuns(r *run) bool {
-	for _, st := range []*nodestate.NodeState{r.to, r.from} {
+	asked := false
+	for _, st := range []*nodestate.NodeState{r.from, r.to} {
 		t, err := manifest.Target(st, nodestate.Etcd)
 		if err != nil {
-			return true
+			continue
 		}
+		asked = true
 		if ps, err := e.procs.PIDs(t.Binary); err != nil || len(ps) > 0 {
 			return true
 		}
 	}
-	return false
+	return !asked
 }
 
 // selfHealth is this member's entry of h, nil when h is nil or does not

@@ -111,3 +111,29 @@ func TestRollbackStopOfAnUnansweringMemberIsNotGated(t *testing.T) {
 	}
 	n.expectConverged(RolledBack, multiKeepsData)
 }
+
+// TestStartOfEtcdIsNotGated: a member with no etcd process running has
+// nothing to stop, so a start of etcd is not gated: with another member
+// down, where the gate refuses any stop, `start etcd` still commits.
+func TestStartOfEtcdIsNotGated(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	n := newMemNode(t)
+	memberOfCluster(t, n, c.Members[0])
+	both := []string{nodestate.KubeAPIServer, nodestate.Etcd}
+	if res, err := n.engine(nil).Stop(t.Context(), both, StopOptions{}); err != nil || res.Outcome != Committed {
+		t.Fatalf("stop of etcd with every member healthy: %+v %v; want committed", res, err)
+	}
+	if err := c.Members[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	n.events = nil
+	res, err := n.engine(nil).Start(t.Context(), both)
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("start of etcd with %s down: %+v %v; want committed, the gate not run", c.Members[2].Name, res, err)
+	}
+	for _, ev := range n.events {
+		if strings.Contains(ev, "etcd-gate") {
+			t.Errorf("the start ran the gate: %s", ev)
+		}
+	}
+}
