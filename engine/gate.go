@@ -84,9 +84,9 @@ func (e *Engine) resumeGate(ctx context.Context, r *run, p journal.Phase, comp s
 	return nil
 }
 
-// rollbackGate runs before a rollback stops this member's etcd (to write
-// the old one back, or to restore its data): a healthy member is a vote of
-// the quorum, so its stop passes the gate and its leadership is moved off,
+// rollbackGate runs before a rollback stops this member's etcd to write
+// the old one back (a single member's data restore holds no lock, so no
+// gate): a healthy member is a vote of the quorum, so its stop passes the gate and its leadership is moved off,
 // as every other etcd stop. A refusal pauses the rollback (errResumable:
 // exit 6) with the new etcd left running, as resumeGate does: resume tries
 // again once the cluster is healthy. A member with no etcd process
