@@ -143,14 +143,12 @@ func Connect(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	members := Members{Count: len(ml.Members), At: time.Now().UTC()}
 	for _, m := range ml.Members {
-		members.Names = append(members.Names, m.Name)
 		for _, u := range m.ClientURLs {
 			if !slices.Contains(eps, u) {
 				eps = append(eps, u)
 			}
 		}
 	}
-	members.Names = sortedNames(members.Names)
 	cli.SetEndpoints(eps...)
 	return &Coordinator{cfg: cfg, cli: cli, members: members}, nil
 }

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
-	"slices"
 	"sync"
 	"time"
 
@@ -27,8 +26,6 @@ const MembersFile = "cluster-members.json"
 type Members struct {
 	// Count is how many members the list had.
 	Count int `json:"count"`
-	// Names are the members' names, sorted ("" for one not started).
-	Names []string `json:"names"`
 	// At is when the list was read.
 	At time.Time `json:"at"`
 }
@@ -47,8 +44,8 @@ func LoadMembers(path string) (*Members, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("known etcd member count %s: not what stratum-upgrade writes (%v); remove it, the next command against a healthy etcd writes it again", path, err)
 	}
-	if m.Count < 1 || len(m.Names) != m.Count {
-		return nil, fmt.Errorf("known etcd member count %s: %d members named %q is not a member list; remove it, the next command against a healthy etcd writes it again", path, m.Count, m.Names)
+	if m.Count < 1 {
+		return nil, fmt.Errorf("known etcd member count %s: %d members is not a member list; remove it, the next command against a healthy etcd writes it again", path, m.Count)
 	}
 	return &m, nil
 }
@@ -87,10 +84,4 @@ func anyAccepts(eps []string, d time.Duration) bool {
 	}
 	wg.Wait()
 	return len(ok) > 0
-}
-
-func sortedNames(names []string) []string {
-	out := slices.Clone(names)
-	slices.Sort(out)
-	return out
 }

@@ -18,12 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 )
 
-// Observe is what CheckQuorum sees, without judging it: the member list
-// and every member's status, each asked at its own client URL.
-func Observe(ctx context.Context, cli *clientv3.Client, self string) (*Health, error) {
-	return observe(ctx, cli, self)
-}
-
 // OthersOnMinor reports whether every member but self runs etcd minor
 // ("3.7"), by the versions h saw; a member that did not answer counts as
 // not on it. When they all do, self moving to minor moves the cluster
@@ -45,7 +39,7 @@ func (h *Health) OthersOnMinor(minor string) (bool, []string) {
 // Versions is what a rollback decides etcd's way back from: every
 // member's etcd version and the cluster version, each as the member
 // answered at its own /version endpoint, beside the members' health
-// (Health, as Observe reads it) that a message names.
+// (Health, as CheckQuorum reads it) that a message names.
 type Versions struct {
 	Health  *Health
 	Members []MemberVersion
@@ -75,7 +69,7 @@ func (v *Versions) Cluster() string {
 	return c
 }
 
-// ReadVersions reads the members as Observe does (their list, status
+// ReadVersions reads the members as CheckQuorum does (their list, status
 // and alarms), then every member's /version at its own client URLs over
 // https with tlsCfg, all members at once, each within StatusTimeout. It
 // returns an error only when the member list cannot be read.

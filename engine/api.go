@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -161,47 +160,25 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 	if err != nil {
 		return Result{}, err
 	}
-	t, c, terr := e.topology(ctx, st, "")
-	if c != nil {
-		defer c.Close()
-	}
-	// A plan's own refusal (nothing to do, a pre-flight check) comes
-	// first; an unknown topology plans with the stricter single-member
-	// checks, then refuses.
-	p, err := plan(t)
-	if err != nil {
-		return Result{}, err
-	}
-	if terr != nil {
-		return Result{}, terr
-	}
-	from, err := p.From.Marshal()
-	if err != nil {
-		return Result{}, err
-	}
-	to, err := p.To.Marshal()
-	if err != nil {
-		return Result{}, err
-	}
-	return e.coordinated(ctx, t, c, p.From, kind, "", func() (Result, error) {
-		// Asked once the rollout lock is held, right before Begin.
-		down := e.downBefore(ctx, p.From)
-		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: raw, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored), Down: down})
+	return e.begin(ctx, kind, st, func(t topology) (*beginning, error) {
+		p, err := plan(t)
 		if err != nil {
-			return Result{}, err
+			return nil, err
 		}
-		if ok, err := e.recordBegin(ctx, &txn, p.To); err != nil {
-			return Result{Txn: txn.ID}, err
-		} else if !ok {
-			return e.drive(ctx, &txn)
-		}
-		for _, f := range p.Ignored {
-			e.event(txn.ID, journal.PhasePlanned, "preflight", f.Component, "", fmt.Sprintf("warning: pre-flight check %s failed and is ignored (--ignore-preflight-errors): %s", f.Check, f.Message))
-		}
-		e.event(txn.ID, journal.PhasePlanned, "begin", "", "", what(p))
-		e.hit(fault.AfterBegin)
-		return e.drive(ctx, &txn)
+		return &beginning{plan: p, release: raw, what: what(p)}, nil
 	})
+}
+
+// refusal is the error of a plan that refused (err) on a node whose
+// topology is unknown (terr, nil when known): a refusal as the only
+// control-plane node rests on the member count 0 an unknown topology plans
+// with, and the node may be one of several, so the unknown topology is the
+// answer.
+func refusal(err, terr error) error {
+	if terr != nil && errors.Is(err, ErrControlPlaneDown) {
+		return terr
+	}
+	return err
 }
 
 func openTxnError(t *journal.Txn) error {

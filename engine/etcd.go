@@ -70,8 +70,8 @@ func (e *Engine) singleMemberData(r *run, snap *snapshot.Loaded) (string, string
 	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
 		return journal.EtcdKeep, "etcd's manifest was never rewritten"
 	}
-	ran, why := e.newerEtcdRan(r, true)
-	if ran {
+	ran, why := e.newerEtcdRan(r)
+	if ran != etcdRanStale {
 		return journal.EtcdRestore, "a newer etcd ran on it, or may have: " + why
 	}
 	return journal.EtcdKeep, "no newer etcd ran on it: " + why
@@ -112,39 +112,52 @@ func (e *Engine) restoreEtcd(ctx context.Context, r *run, restore bool) error {
 	return e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdRestored, Component: nodestate.Etcd, AsideDir: aside})
 }
 
+// etcdRan is newerEtcdRan's answer: whether an etcd started from the
+// upgrade's manifest may have run on etcd's data, and what a "no" rests on.
+type etcdRan int
+
+const (
+	// etcdRanMaybe: it ran or may have (its replacement was journaled, a
+	// process started after its mark runs, or /proc cannot be read).
+	etcdRanMaybe etcdRan = iota
+	// etcdRanStale: every running etcd process started before the mark,
+	// in this boot: the old etcd served the data all along.
+	etcdRanStale
+	// etcdRanNoneRuns: no etcd process runs and the upgrade never saw one
+	// start. A newer etcd may have run and exited unseen (a crash after
+	// the write, then a reboot before kubelet started etcd again).
+	etcdRanNoneRuns
+)
+
 // newerEtcdRan reports whether an etcd started from the upgrade's manifest
-// may have run on etcd's data, and why: its replacement was journaled (the
-// upgrade saw it), or a process of etcd runs that started after its mark,
-// or /proc cannot be read. When no etcd process runs it answers noneRuns:
-// a newer etcd may have run and exited unseen, which a single member's
-// data restore takes as yes; a member of several takes the journal's
-// word, since the cluster version would show such a run. When every
-// running etcd process started before the mark, in this boot, the old
-// etcd served the data all along.
-func (e *Engine) newerEtcdRan(r *run, noneRuns bool) (bool, string) {
+// may have run on etcd's data, and why. A single member's data restore
+// takes etcdRanNoneRuns as yes; a member of several takes it as no only
+// when etcd reports the cluster version (memberEtcdDecision), since the
+// cluster version would show such a run.
+func (e *Engine) newerEtcdRan(r *run) (etcdRan, string) {
 	if _, ok := r.findIn(journal.StepReplaced, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); ok {
-		return true, "the upgrade saw kubelet replace etcd"
+		return etcdRanMaybe, "the upgrade saw kubelet replace etcd"
 	}
 	mark, ok := r.findIn(journal.StepMark, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying)
 	if !ok || mark.ProcMark == nil {
-		return true, "no mark of etcd's step is journaled"
+		return etcdRanMaybe, "no mark of etcd's step is journaled"
 	}
 	t, err := manifest.Target(r.to, nodestate.Etcd)
 	if err != nil {
-		return true, err.Error()
+		return etcdRanMaybe, err.Error()
 	}
 	done, stale, err := e.procs.Replaced(t, *mark.ProcMark)
 	switch {
 	case err != nil:
-		return true, fmt.Sprintf("etcd's processes cannot be read (%v)", err)
+		return etcdRanMaybe, fmt.Sprintf("etcd's processes cannot be read (%v)", err)
 	case done:
-		return true, "an etcd started after its manifest was rewritten runs"
+		return etcdRanMaybe, "an etcd started after its manifest was rewritten runs"
 	case len(stale) == 0:
-		return noneRuns, "no etcd process runs and the upgrade never saw one start"
+		return etcdRanNoneRuns, "no etcd process runs and the upgrade never saw one start"
 	}
 	ps, err := e.procs.PIDs(t.Binary)
 	if err != nil || len(ps) != len(stale) {
-		return true, "an etcd started after its manifest was rewritten runs beside the old one"
+		return etcdRanMaybe, "an etcd started after its manifest was rewritten runs beside the old one"
 	}
-	return false, fmt.Sprintf("etcd runs as %s, started before its manifest was rewritten", pids(stale))
+	return etcdRanStale, fmt.Sprintf("etcd runs as %s, started before its manifest was rewritten", pids(stale))
 }

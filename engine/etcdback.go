@@ -39,10 +39,14 @@ func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cl
 // an old etcd cannot start once the cluster version moved to the new
 // one, which happens within seconds of every member running it. So:
 //
-//   - this member's new etcd never ran (no replaced record, no etcd process
-//     started after its mark): the cluster version cannot have moved
-//     through it, and the old etcd goes back, unless etcd reports the
-//     cluster version moved after all;
+//   - this member's new etcd never ran (no replaced record, every etcd
+//     process running started before its mark): the cluster version cannot
+//     have moved through it, and the old etcd goes back, unless etcd
+//     reports the cluster version moved after all;
+//   - no etcd process runs and no replacement was journaled: a new etcd
+//     may have run unseen (killed after the write, then a reboot), so the
+//     old etcd goes back only when etcd reports a cluster version that did
+//     not move; unread, the rollback pauses;
 //   - else the cluster version etcd reports decides: moved, refused
 //     (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is);
 //     unread, the rollback pauses (errResumable: exit 6, resume asks
@@ -60,7 +64,7 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 		return "the other members hold it, and the transaction does not move etcd to a newer minor", nil
 	}
 	self := r.from.Etcd.MemberName
-	ran, ranWhy := e.newerEtcdRan(r, false)
+	ran, ranWhy := e.newerEtcdRan(r)
 	v, err := e.readVersions(ctx, r.from)
 	cv := ""
 	if err == nil {
@@ -72,17 +76,37 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 	if cv != "" && cluster.MinorAtLeast(cv, to) {
 		return "", refuse(fmt.Sprintf("the cluster version is %s", cv))
 	}
-	if !ran {
-		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s), so the cluster version cannot have moved to %s through it: the old etcd goes back", to, ranWhy, to), nil
+	ranSays := "ran"
+	if ran == etcdRanNoneRuns {
+		ranSays = "may have run unseen"
 	}
 	pause := func(what string) error {
-		return fmt.Errorf("%w: waiting for %s: this member's etcd %s ran (%s), so the old etcd goes back only once the cluster version is known to stay %s; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranWhy, from)
+		return fmt.Errorf("%w: waiting for %s: this member's etcd %s %s (%s), so the old etcd goes back only once the cluster version is known to stay %s; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranSays, ranWhy, from)
 	}
-	switch {
-	case err != nil:
-		return "", pause(fmt.Sprintf("etcd's member list (%v)", err))
-	case cv == "":
-		return "", pause("etcd's cluster version (no member answered its /version)")
+	unread := func() error {
+		switch {
+		case err != nil:
+			return pause(fmt.Sprintf("etcd's member list (%v)", err))
+		case cv == "":
+			return pause("etcd's cluster version (no member answered its /version)")
+		}
+		return nil
+	}
+	switch ran {
+	case etcdRanStale:
+		// The old etcd's processes still run: no newer one ran here.
+		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s), so the cluster version cannot have moved to %s through it: the old etcd goes back", to, ranWhy, to), nil
+	case etcdRanNoneRuns:
+		// A newer etcd may have run and exited unseen (killed after the
+		// write, then a reboot): only the cluster version can say it did
+		// not move.
+		if err := unread(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s) and the cluster version is %s, so it did not move to %s: the old etcd goes back", to, ranWhy, cv, to), nil
+	}
+	if err := unread(); err != nil {
+		return "", err
 	}
 	var unknown, behind []string
 	selfID := uint64(0)

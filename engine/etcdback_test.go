@@ -128,11 +128,15 @@ type fakeVersions struct {
 	clusterVersion string
 	others         map[string]string // cp-2, cp-3: etcd version
 	unhealthy      map[string]string // why a member is unhealthy
+	err            error             // when set, what every read returns
 	reads          int
 }
 
 func (f *fakeVersions) read(_ context.Context, st *nodestate.NodeState) (*cluster.Versions, error) {
 	f.reads++
+	if f.err != nil {
+		return nil, f.err
+	}
 	h := &cluster.Health{Self: 1, Leader: 2}
 	v := &cluster.Versions{Health: h}
 	names := []string{st.Etcd.MemberName, "cp-2", "cp-3"}
@@ -246,6 +250,37 @@ func TestEtcdOldBackWhenTheLastMembersNewEtcdNeverRan(t *testing.T) {
 	}
 	if d, before := n.etcdDecision(res.Txn); d.EtcdData != journal.EtcdKeep || !before || !strings.Contains(d.Why, "never ran") {
 		t.Errorf("decision %+v (before the stop: %v), want keep because the new etcd never ran", d, before)
+	}
+	n.expectConverged(RolledBack)
+}
+
+// The old etcd went back without knowing the cluster version (review
+// finding): no etcd process runs and no replacement is journaled, which
+// is also what a reboot leaves after the new etcd ran unseen (stratum
+// killed after the write, the cluster version moved). With etcd's
+// versions unread the rollback must pause (exit 6) with etcd's manifest
+// untouched, and write the old etcd back once the cluster version reads
+// as not moved.
+func TestEtcdRollbackPausesWhenNoEtcdRunsAndVersionsAreUnread(t *testing.T) {
+	f := &fakeVersions{clusterVersion: "3.5.0", others: map[string]string{"cp-2": "3.6.16", "cp-3": "3.6.16"},
+		err: errors.New("dial tcp 10.0.0.2:2379: connection refused")}
+	n, engine := newMemNodeMulti(t, f)
+	n.etcdNeverReplaced = true
+	n.onEvent = n.etcdNeverStarts()
+	res, err := n.runUncoordinated(engine(), release(n.st, true, "", ""))
+	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, ErrStillOpen) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Run: %+v %v: want the rollback paused, waiting for etcd's member list", res, err)
+	}
+	if d, _ := n.etcdDecision(res.Txn); d.Step != "" {
+		t.Errorf("a decision was journaled although the cluster version is unknown: %+v", d)
+	}
+	f.err = nil
+	res, err = n.resumeUncoordinated(engine())
+	if !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("resume: %+v %v: want rolled back, the old etcd written back", res, err)
+	}
+	if d, _ := n.etcdDecision(res.Txn); d.EtcdData != journal.EtcdKeep || !strings.Contains(d.Why, "cluster version is 3.5.0") {
+		t.Errorf("decision %+v, want keep because the cluster version did not move", d)
 	}
 	n.expectConverged(RolledBack)
 }

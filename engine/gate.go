@@ -34,17 +34,17 @@ const leaderMoveTimeout = 30 * time.Second
 // (resumeGate). Every such stop passes it: an upgrade's, a restart's and a
 // stop's, first run and resume alike. A member with no etcd process
 // running has nothing to stop (a start, or a resumed step whose stop had
-// begun): it is not gated. A rollback's etcd step is not gated: putting
-// the old member back is the way out.
+// begun): it is not gated. A rollback's stop of etcd passes rollbackGate.
 func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
-	if comp != nodestate.Etcd || e.hold == nil || p == journal.PhaseRollingBack {
+	if comp != nodestate.Etcd || e.hold == nil {
 		return nil
 	}
-	if t, err := manifest.Target(r.from, comp); err == nil {
-		if ps, err := e.procs.PIDs(t.Binary); err == nil && len(ps) == 0 {
-			e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
-			return nil
-		}
+	if p == journal.PhaseRollingBack {
+		return e.rollbackGate(ctx, r)
+	}
+	if !e.etcdRuns(r) {
+		e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
+		return nil
 	}
 	self := r.from.Etcd.MemberName
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
@@ -75,8 +75,81 @@ var errGatePaused = errors.New("the resumed etcd step waits for the quorum gate"
 
 // resumeGate is gateBefore for a step resumed from its journaled mark.
 func (e *Engine) resumeGate(ctx context.Context, r *run, p journal.Phase, comp string) error {
+	if p == journal.PhaseRollingBack {
+		return e.gateBefore(ctx, r, p, comp) // pauses the rollback itself
+	}
 	if err := e.gateBefore(ctx, r, p, comp); err != nil {
 		return fmt.Errorf("%w: etcd was not stopped: %w; make every etcd member healthy, then run `stratum-upgrade resume`", errGatePaused, err)
+	}
+	return nil
+}
+
+// rollbackGate runs before a rollback stops this member's etcd to write
+// the old one back (a single member's data restore holds no lock, so no
+// gate): a healthy member is a vote of the quorum, so its stop passes the gate and its leadership is moved off,
+// as every other etcd stop. A refusal pauses the rollback (errResumable:
+// exit 6) with the new etcd left running, as resumeGate does: resume tries
+// again once the cluster is healthy. A member with no etcd process
+// running, or one that does not answer (crash-looping, not started, no
+// quorum behind it), holds no vote that its stop could take away: the
+// rollback goes on without the gate, since putting it back is the way out.
+func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
+	if !e.etcdRuns(r) {
+		e.log.Info("no etcd process runs: the rollback's stop of etcd stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
+		return nil
+	}
+	self := r.from.Etcd.MemberName
+	p, comp := journal.PhaseRollingBack, nodestate.Etcd
+	pause := func(err error) error {
+		return fmt.Errorf("%w: waiting for the etcd quorum gate before the rollback stops %s: %w; etcd was not stopped (it runs as the transaction left it): make every etcd member healthy, then run `stratum-upgrade resume`", errResumable, self, err)
+	}
+	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self+" before the rollback stops it")
+	h, err := cluster.CheckQuorum(ctx, e.hold.Client(), self)
+	if err != nil {
+		if m := selfHealth(h); m != nil && !m.Healthy {
+			e.log.Info("this etcd member does not answer: the rollback's stop takes no vote from the quorum, and the gate is skipped", "txn", r.txn.ID, "member", self, "why", m.Err)
+			return nil
+		}
+		return pause(err)
+	}
+	if h.Leader == h.Self {
+		e.event(r.txn.ID, p, "etcd-leader", comp, "another etcd leader", "moving etcd's leadership off "+self)
+	}
+	if err := cluster.MoveLeaderOff(ctx, e.hold.Client(), self, leaderMoveTimeout); err != nil {
+		return pause(err)
+	}
+	return nil
+}
+
+// etcdRuns reports whether a process of etcd (the old or the new one)
+// runs on this node; when /proc cannot be read, it may. A node state that
+// has etcd stopped (a start's from, a stop's to) has no target for it: the
+// other one names its binary.
+func (e *Engine) etcdRuns(r *run) bool {
+	asked := false
+	for _, st := range []*nodestate.NodeState{r.from, r.to} {
+		t, err := manifest.Target(st, nodestate.Etcd)
+		if err != nil {
+			continue
+		}
+		asked = true
+		if ps, err := e.procs.PIDs(t.Binary); err != nil || len(ps) > 0 {
+			return true
+		}
+	}
+	return !asked
+}
+
+// selfHealth is this member's entry of h, nil when h is nil or does not
+// list it.
+func selfHealth(h *cluster.Health) *cluster.MemberHealth {
+	if h == nil || h.Self == 0 {
+		return nil
+	}
+	for i := range h.Members {
+		if h.Members[i].ID == h.Self {
+			return &h.Members[i]
+		}
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func killPID(pid int) { syscall.Kill(pid, syscall.SIGKILL) }
 // runs no etcd, so the engine's topology falls back to it.
 func seedSingleMember(t testing.TB, j *journal.Journal, member string) {
 	t.Helper()
-	m := cluster.Members{Count: 1, Names: []string{member}, At: time.Now().UTC()}
+	m := cluster.Members{Count: 1, At: time.Now().UTC()}
 	if err := cluster.SaveMembers(filepath.Join(filepath.Dir(j.Path()), cluster.MembersFile), m); err != nil {
 		t.Fatal(err)
 	}

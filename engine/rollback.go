@@ -243,6 +243,11 @@ func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, re
 	if len(fresh) == 0 {
 		return last, nil
 	}
+	if slices.Contains(fresh, nodestate.Etcd) {
+		if err := e.gateBefore(ctx, r, journal.PhaseRollingBack, nodestate.Etcd); err != nil {
+			return last, err
+		}
+	}
 	if err := e.stopForWrite(ctx, r, journal.PhaseRollingBack, r.from, fresh, false); err != nil {
 		return last, err
 	}

@@ -220,3 +220,41 @@ func TestTopologyFromTheJournaledBackup(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+// unknownTopology leaves n with no member count kept and an etcd that
+// does not answer: its topology is unknown.
+func unknownTopology(t *testing.T, n *memNode) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(n.root, "state", cluster.MembersFile)); err != nil {
+		t.Fatal(err)
+	}
+	n.etcdClient = func(*nodestate.NodeState) etcddata.ClientConfig {
+		return etcddata.ClientConfig{Endpoint: "http://127.0.0.1:1", DialTimeout: time.Second}
+	}
+}
+
+// TestTopologyUnknownStopRefusesAsUnknown: with the member count unknown,
+// a stop of kube-apiserver is refused with ErrTopologyUnknown, not as the
+// stop of "the only control-plane node" (the node may be one of several);
+// a rollback --last of a start of kube-apiserver the same.
+func TestTopologyUnknownStopRefusesAsUnknown(t *testing.T) {
+	n := newMemNode(t)
+	if res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.KubeAPIServer}, StopOptions{AllowControlPlaneDown: true}); err != nil || res.Outcome != Committed {
+		t.Fatalf("stop kube-apiserver on the single member: %+v %v", res, err)
+	}
+	if res, err := n.engine(nil).Start(t.Context(), []string{nodestate.KubeAPIServer}); err != nil || res.Outcome != Committed {
+		t.Fatalf("start kube-apiserver: %+v %v", res, err)
+	}
+	unknownTopology(t, n)
+	res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.KubeAPIServer}, StopOptions{})
+	if !errors.Is(err, ErrTopologyUnknown) || errors.Is(err, ErrControlPlaneDown) || res.Txn != "" {
+		t.Errorf("stop with the topology unknown: %+v %v; want ErrTopologyUnknown, no transaction", res, err)
+	}
+	res, err = n.engine(nil).RollbackLast(t.Context())
+	if !errors.Is(err, ErrTopologyUnknown) || errors.Is(err, ErrControlPlaneDown) || res.Txn != "" {
+		t.Errorf("rollback --last of the start with the topology unknown: %+v %v; want ErrTopologyUnknown, no transaction", res, err)
+	}
+	if open, _ := n.j.OpenTxn(); open != nil {
+		t.Fatalf("transaction %s left open", open.ID)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -60,46 +59,18 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	t, c, terr := e.topology(ctx, cur, "")
-	if c != nil {
-		defer c.Close()
-	}
-	u, err := e.planUndo(cur, last, t)
-	if err != nil {
-		return Result{}, err
-	}
-	if terr != nil {
-		return Result{}, terr
-	}
-	// What the transaction will be checked against when it is driven is
-	// checked now, before Begin: a refusal after Begin would leave an open
-	// transaction that resume and rollback refuse too.
-	if err := e.trustSource(&journal.Txn{Kind: journal.KindRollbackLast, Source: u.source}); err != nil {
-		return Result{}, fmt.Errorf("rollback --last: %w", err)
-	}
-	from, err := cur.Marshal()
-	if err != nil {
-		return Result{}, err
-	}
-	to, err := u.plan.To.Marshal()
-	if err != nil {
-		return Result{}, err
-	}
-	return e.coordinated(ctx, t, c, cur, journal.KindRollbackLast, "", func() (Result, error) {
-		// Asked once the rollout lock is held, right before Begin.
-		down := e.downBefore(ctx, cur)
-		txn, err := e.j.Begin(journal.Txn{Kind: journal.KindRollbackLast, From: from, To: to, Source: u.source, Changed: u.plan.Changed(), Targets: u.plan.Targets(), Down: down})
+	return e.begin(ctx, journal.KindRollbackLast, cur, func(t topology) (*beginning, error) {
+		u, err := e.planUndo(cur, last, t)
 		if err != nil {
-			return Result{}, err
+			return nil, err
 		}
-		if ok, err := e.recordBegin(ctx, &txn, u.plan.To); err != nil {
-			return Result{Txn: txn.ID}, err
-		} else if !ok {
-			return e.drive(ctx, &txn)
+		// What the transaction will be checked against when it is driven
+		// is checked now, before Begin: a refusal after Begin would leave
+		// an open transaction that resume and rollback refuse too.
+		if err := e.trustSource(&journal.Txn{Kind: journal.KindRollbackLast, Source: u.source}); err != nil {
+			return nil, fmt.Errorf("rollback --last: %w", err)
 		}
-		e.event(txn.ID, journal.PhasePlanned, "begin", "", "", u.what)
-		e.hit(fault.AfterBegin)
-		return e.drive(ctx, &txn)
+		return &beginning{plan: u.plan, source: u.source, what: u.what}, nil
 	})
 }
 

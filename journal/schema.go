@@ -142,7 +142,7 @@ var migrations = []migration{
 	{name: "v1 to v2: typed record steps and payloads", run: migrateV1toV2},
 	{name: "v2 to v3: the replaced step", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v3 to v4: the ignored pre-flight checks of a txn", run: func(*bolt.Tx, time.Time) error { return nil }},
-	{name: "v4 to v5: the etcd-data step", run: func(*bolt.Tx, time.Time) error { return nil }},
+	{name: "v4 to v5: the etcd-data step and the txn field down", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release

@@ -171,7 +171,7 @@ func seedSingleMember(ts *testscript.TestScript) {
 	if _, err := os.Lstat(path); err == nil {
 		return
 	}
-	ts.Check(cluster.SaveMembers(path, cluster.Members{Count: 1, Names: []string{"script-node"}, At: time.Now().UTC()}))
+	ts.Check(cluster.SaveMembers(path, cluster.Members{Count: 1, At: time.Now().UTC()}))
 }
 
 // envsubst FILE... replaces $VAR and ${VAR} in each file with the script's

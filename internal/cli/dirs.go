@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -315,19 +316,35 @@ func (g *globals) noJournalAdvice(e *noJournalError) string {
 // createdDirs says what of the state directory init is about to create.
 type createdDirs struct {
 	journal, stateDir bool
+	// kept is the files beside the journal that a coordinated init writes
+	// before the rollout lock can refuse it (the etcd member count and
+	// endpoints it read) and that do not exist yet.
+	kept []string
 }
+
+// initKeeps is the files an init may write beside its journal before it
+// is refused: what the engine keeps of the cluster it read.
+var initKeeps = []string{cluster.MembersFile, cluster.EndpointsFile}
 
 // created is what of the state directory does not exist yet: what init
 // creates, and removes again when it is refused.
 func (g *globals) created() createdDirs {
 	_, jerr := os.Lstat(g.journalPath())
 	_, derr := os.Lstat(g.stateDir)
-	return createdDirs{journal: errors.Is(jerr, fs.ErrNotExist), stateDir: errors.Is(derr, fs.ErrNotExist)}
+	c := createdDirs{journal: errors.Is(jerr, fs.ErrNotExist), stateDir: errors.Is(derr, fs.ErrNotExist)}
+	for _, name := range initKeeps {
+		p := filepath.Join(filepath.Dir(g.journalPath()), name)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			c.kept = append(c.kept, p)
+		}
+	}
+	return c
 }
 
-// remove removes the journal init created, closed, and the state
-// directory if init created it and nothing else is in it. A failure is
-// logged: the refusal stands either way.
+// remove removes the journal init created, closed, the files it kept of
+// the cluster beside it, and the state directory if init created it and
+// nothing else is in it. A failure is logged: the refusal stands either
+// way.
 func (c createdDirs) remove(g *globals) {
 	if !c.journal {
 		return
@@ -335,6 +352,11 @@ func (c createdDirs) remove(g *globals) {
 	if err := os.Remove(g.journalPath()); err != nil {
 		g.log.Warn("the refused init's new journal is not removed", "err", err)
 		return
+	}
+	for _, p := range c.kept {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			g.log.Warn("the refused init's record of the cluster is not removed", "file", p, "err", err)
+		}
 	}
 	if c.stateDir {
 		if err := os.Remove(g.stateDir); err != nil {

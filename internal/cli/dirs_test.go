@@ -2,11 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -61,5 +65,49 @@ func TestLegacyJournalAdoptsManifestDir(t *testing.T) {
 	}
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Errorf("the refused render created %s: %v", other, err)
+	}
+}
+
+// A refused init leaves nothing behind (review finding): a coordinated
+// init keeps etcd's member count and endpoints beside its new journal
+// before the rollout lock refuses it (busy, halted); the removal of what
+// it created takes them too, and with them the state directory it made.
+// Files of the cluster kept before the init stay.
+func TestRefusedInitRemovesTheClusterRecords(t *testing.T) {
+	tmp := t.TempDir()
+	g := &globals{stateDir: filepath.Join(tmp, "state"), log: slog.New(slog.DiscardHandler)}
+	c := g.created()
+	if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{JournalFile, cluster.MembersFile, cluster.EndpointsFile} {
+		if err := os.WriteFile(filepath.Join(g.stateDir, name), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.remove(g)
+	if _, err := os.Lstat(g.stateDir); !errors.Is(err, fs.ErrNotExist) {
+		entries, _ := os.ReadDir(g.stateDir)
+		t.Fatalf("the refused init's state directory is left (%v): %v", err, entries)
+	}
+
+	// A state directory that held the cluster's records before init.
+	if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	members := filepath.Join(g.stateDir, cluster.MembersFile)
+	if err := os.WriteFile(members, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c = g.created()
+	for _, name := range []string{JournalFile, cluster.EndpointsFile} {
+		if err := os.WriteFile(filepath.Join(g.stateDir, name), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.remove(g)
+	entries, err := os.ReadDir(g.stateDir)
+	if err != nil || len(entries) != 1 || entries[0].Name() != cluster.MembersFile {
+		t.Fatalf("state directory after a refused init: %v %v; want only the %s kept before it", entries, err, cluster.MembersFile)
 	}
 }

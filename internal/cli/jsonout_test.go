@@ -241,7 +241,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
 	// No etcd runs here: the member count a healthy single-member etcd
 	// would have given is kept, as the engine keeps it.
-	if err := cluster.SaveMembers(filepath.Join(n.states, cluster.MembersFile), cluster.Members{Count: 1, Names: []string{"node"}, At: time.Now().UTC()}); err != nil {
+	if err := cluster.SaveMembers(filepath.Join(n.states, cluster.MembersFile), cluster.Members{Count: 1, At: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	n.su(ExitError, "", "init", "--state", n.path("state.yaml"))
