@@ -192,6 +192,7 @@ func (st *NodeState) Validate() error {
 		seen[p.p] = p.f
 	}
 	st.validateExtraArgs(roster, bad)
+	st.validatePodFields(roster, bad)
 	for i, d := range st.CACertDirs {
 		switch {
 		case !filepath.IsAbs(d) || filepath.Clean(d) != d:
