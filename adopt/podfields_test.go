@@ -170,3 +170,23 @@ func TestKubeadmFixturesNeedNoPodFields(t *testing.T) {
 		}
 	}
 }
+
+// A dual-stack cluster, as kubeadm writes one (networking.serviceSubnet
+// and podSubnet with one range of each family), adopts with both ranges.
+func TestAdoptDualStack(t *testing.T) {
+	dir, cfg := copyFixture(t, "v1.37.2", "custom-paths")
+	edit(t, cfg, "serviceSubnet: 10.112.0.0/16", "serviceSubnet: 10.112.0.0/16,fd00:10:96::/112")
+	edit(t, cfg, "podSubnet: 192.168.0.0/16", "podSubnet: 192.168.0.0/16,fd00:10:244::/56")
+	edit(t, filepath.Join(dir, "kube-apiserver.yaml"), "--service-cluster-ip-range=10.112.0.0/16\n", "--service-cluster-ip-range=10.112.0.0/16,fd00:10:96::/112\n")
+	cm := filepath.Join(dir, "kube-controller-manager.yaml")
+	edit(t, cm, "--service-cluster-ip-range=10.112.0.0/16\n", "--service-cluster-ip-range=10.112.0.0/16,fd00:10:96::/112\n")
+	edit(t, cm, "--cluster-cidr=192.168.0.0/16\n", "--cluster-cidr=192.168.0.0/16,fd00:10:244::/56\n")
+	src, err := ReadKubeadm(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := checkKeeps(t, src)
+	if n := p.State.Networking; n.ServiceCIDR != "10.112.0.0/16,fd00:10:96::/112" || n.PodCIDR != "192.168.0.0/16,fd00:10:244::/56" || len(p.State.ExtraArgs) != 0 || len(p.Notes) != 0 {
+		t.Errorf("networking %+v, extra args %v, notes %v", n, p.State.ExtraArgs, p.Notes)
+	}
+}

@@ -193,3 +193,17 @@ func TestLoadCapturesPatchDirectory(t *testing.T) {
 		t.Fatalf("missing directory: %v", err)
 	}
 }
+
+// Service and pod ranges: one CIDR, or a dual-stack pair as kubeadm
+// writes it.
+func TestValidCIDRs(t *testing.T) {
+	for in, ok := range map[string]bool{
+		"10.96.0.0/12": true, "fd00:10:96::/112": true, "10.96.0.0/12,fd00:10:96::/112": true, "fd00::/64,10.0.0.0/8": true,
+		"10.96.0.0/12,10.97.0.0/16": false, "fd00::/64,fd01::/64": false, "10.0.0.0/8,fd00::/64,10.1.0.0/16": false,
+		"10.96.0.0/12,": false, "": false, "10.96.0.0": false,
+	} {
+		if err := validCIDRs(in); (err == nil) != ok {
+			t.Errorf("validCIDRs(%q) = %v, want ok %v", in, err, ok)
+		}
+	}
+}

@@ -123,9 +123,11 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 		},
 		"networking": {Required: "no", Default: "each field's default"},
 		"networking.serviceCIDR": {Required: "no", Default: "`" + nodestate.DefaultServiceCIDR + "`",
-			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length"},
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or, dual-stack, two separated by a comma, " +
+				"one of each family (`10.96.0.0/12,fd00:10:96::/112`, as kubeadm's `networking.serviceSubnet`)"},
 		"networking.podCIDR": {Required: "no", Default: "`" + nodestate.DefaultPodCIDR + "`",
-			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or `none`: the controller-manager " +
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or, dual-stack, two separated by a comma, " +
+				"one of each family; or `none`: the controller-manager " +
 				"allocates no node CIDRs (no `--allocate-node-cidrs`, `--cluster-cidr` or `--service-cluster-ip-range`), " +
 				"the network plugin does, as kubeadm renders a cluster without `networking.podSubnet`"},
 		"networking.dnsDomain": {Required: "no", Default: "`" + nodestate.DefaultDNSDomain + "`",
