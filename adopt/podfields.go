@@ -56,9 +56,26 @@ func addPodFields(src *Source, st *nodestate.NodeState) error {
 		if !reflect.DeepEqual(rc, wc) && len(rc.Claims) == 0 {
 			setMap(&st.Resources, c, resourcesAsWritten(src.Raw[c]))
 		}
+		if st.Validate() != nil {
+			// Something the fields refuse (a volume name that is no DNS
+			// label, an env name kubelet's newer rules allow): the
+			// residue patch carries this component's differences instead.
+			delete(st.ExtraVolumes, c)
+			delete(st.ExtraEnvs, c)
+			delete(st.Resources, c)
+		}
+	}
+	if len(st.ExtraVolumes) == 0 {
+		st.ExtraVolumes = nil
+	}
+	if len(st.ExtraEnvs) == 0 {
+		st.ExtraEnvs = nil
+	}
+	if len(st.Resources) == 0 {
+		st.Resources = nil
 	}
 	if err := st.Validate(); err != nil {
-		return refuse("the volumes, environment or resources derived from %s are not valid: %v", src.Dir, err)
+		return refuse("the state derived from %s is not valid: %v", src.Dir, err)
 	}
 	for _, c := range src.Components() {
 		if err := addResidue(src, st, c); err != nil {

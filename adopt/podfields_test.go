@@ -190,3 +190,22 @@ func TestAdoptDualStack(t *testing.T) {
 		t.Errorf("networking %+v, extra args %v, notes %v", n, p.State.ExtraArgs, p.Notes)
 	}
 }
+
+// A volume the extraVolumes field refuses (its name is no DNS label) is
+// kept by the component's patch instead: still no restart.
+func TestAdoptUnexpressibleVolumeAsPatch(t *testing.T) {
+	dir, cfg := copyFixture(t, "v1.37.2", "defaults")
+	mutatePod(t, filepath.Join(dir, "kube-apiserver.yaml"), func(pod *corev1.Pod) {
+		kubeadmExtraVolume(pod, "Audit_Log", "/var/log/audit", "/var/log/audit", false, corev1.HostPathDirectoryOrCreate)
+		pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}}
+	})
+	src, err := ReadKubeadm(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := checkKeeps(t, src).State
+	if st.ExtraVolumes != nil || st.ExtraEnvs != nil || st.Patches == nil || len(st.Patches.Files) != 1 ||
+		!strings.Contains(st.Patches.Files[0].Content, "Audit_Log") || !strings.Contains(st.Patches.Files[0].Content, "name: A") {
+		t.Errorf("volumes %v envs %v patches %+v", st.ExtraVolumes, st.ExtraEnvs, st.Patches)
+	}
+}
