@@ -1,6 +1,7 @@
 package adopt
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -160,13 +161,21 @@ func TestAdoptKubeadmPatches(t *testing.T) {
 	}
 }
 
-// A kubeadm fixture without changes needs no pod field: the render is
-// kubeadm's pod as it is.
-func TestKubeadmFixturesNeedNoPodFields(t *testing.T) {
+// A kubeadm configuration without extraVolumes, extraEnvs or patches
+// adopts without a pod field: the render is kubeadm's pod as it is. One
+// with them gets some.
+func TestKubeadmFixturesPodFields(t *testing.T) {
 	for _, dir := range fixtures(t) {
+		b, err := os.ReadFile(filepath.Join(dir, "kubeadm.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := string(b)
+		wants := strings.Contains(cfg, "extraVolumes:") || strings.Contains(cfg, "extraEnvs:") || strings.Contains(cfg, "patches:")
 		st := check(t, dir).State
-		if st.ExtraVolumes != nil || st.ExtraEnvs != nil || st.Resources != nil || st.Patches != nil {
-			t.Errorf("%s: volumes %v envs %v resources %v patches %v", dir, st.ExtraVolumes, st.ExtraEnvs, st.Resources, st.Patches)
+		has := st.ExtraVolumes != nil || st.ExtraEnvs != nil || st.Resources != nil || st.Patches != nil
+		if has != wants {
+			t.Errorf("%s: volumes %v envs %v resources %v patches %v; the configuration sets pod fields: %v", dir, st.ExtraVolumes, st.ExtraEnvs, st.Resources, st.Patches, wants)
 		}
 	}
 }
