@@ -7,6 +7,7 @@ package adopt
 // render of the adopted state is, to kubelet, the pod it runs.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -170,7 +171,14 @@ func resourcesAsWritten(raw []byte) nodestate.Resources {
 		} `json:"spec"`
 	}
 	var out nodestate.Resources
-	if err := yaml.Unmarshal(raw, &doc); err != nil || len(doc.Spec.Containers) == 0 {
+	j, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return out
+	}
+	// Numbers as written: 1073741824 must not become 1.073741824e+09.
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil || len(doc.Spec.Containers) == 0 {
 		return out
 	}
 	text := func(m map[string]any) map[string]string {

@@ -125,7 +125,7 @@ func TestAdoptKubeadmPatches(t *testing.T) {
 	})
 	// A quantity spelled otherwise than its canonical form: kubelet's
 	// hash sees the spelling.
-	edit(t, filepath.Join(dir, "etcd.yaml"), "        cpu: 100m\n", "        cpu: \"0.1\"\n")
+	edit(t, filepath.Join(dir, "etcd.yaml"), "        cpu: 100m\n        memory: 100Mi\n", "        cpu: 0.1\n        memory: 1073741824\n")
 	src, err := ReadKubeadm(dir, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -134,8 +134,8 @@ func TestAdoptKubeadmPatches(t *testing.T) {
 	if got := st.Resources[nodestate.KubeAPIServer]; !reflect.DeepEqual(got, nodestate.Resources{Requests: map[string]string{"cpu": "500m", "memory": "1Gi"}, Limits: map[string]string{"memory": "4Gi"}}) {
 		t.Errorf("resources.kube-apiserver = %+v", got)
 	}
-	if got := st.Resources[nodestate.Etcd].Requests["cpu"]; got != "0.1" {
-		t.Errorf("resources.etcd cpu = %q, want it as written, 0.1", got)
+	if got := st.Resources[nodestate.Etcd].Requests; got["cpu"] != "0.1" || got["memory"] != "1073741824" {
+		t.Errorf("resources.etcd requests = %v, want them as written: cpu 0.1, memory 1073741824", got)
 	}
 	var names []string
 	for _, f := range st.Patches.Files {
