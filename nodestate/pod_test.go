@@ -207,3 +207,24 @@ func TestValidCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// A valueFrom decodes strictly as its Kubernetes types: a divisor is a
+// quantity, a secret's name the embedded reference's field (and then
+// refused for what it is, not as an unknown field).
+func TestExtraEnvValueFromDecodes(t *testing.T) {
+	st, err := Parse([]byte(valid + "extraEnvs:\n  etcd:\n  - name: MEM\n    valueFrom:\n      resourceFieldRef:\n        containerName: etcd\n        resource: limits.memory\n        divisor: 1Mi\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := st.ExtraEnvs[Etcd][0].ValueFrom.ResourceFieldRef.Divisor; d.String() != "1Mi" {
+		t.Errorf("divisor %s", d.String())
+	}
+	_, err = Parse([]byte(valid + "extraEnvs:\n  etcd:\n  - name: X\n    valueFrom:\n      secretKeyRef: {name: s, key: k}\n"))
+	if err == nil || !strings.Contains(err.Error(), "cannot take a value from a Secret") {
+		t.Errorf("secretKeyRef with a name: %v", err)
+	}
+	_, err = Parse([]byte(valid + "extraEnvs:\n  etcd:\n  - name: X\n    valueFrom:\n      fieldRef: {fieldPth: status.hostIP}\n"))
+	if err == nil || !strings.Contains(err.Error(), `unknown field "extraEnvs.etcd[].valueFrom.fieldRef.fieldPth"`) {
+		t.Errorf("a misspelled field: %v", err)
+	}
+}
