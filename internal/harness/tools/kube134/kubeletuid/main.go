@@ -4,11 +4,12 @@
 // (k8s.io/kubernetes/pkg/kubelet/config.NewSourceFile) and pod config mux
 // (config.NewPodConfig), exactly as kubelet's makePodSourceConfig wires
 // them (source.go, the one file that differs between the minors' copies:
-// their kubelet APIs differ), and the pod of the first update is read back. The UID is kubelet's
-// hash (source.go names it) of the decoded, defaulted internal pod followed by "host:<node>"
-// and "file:<path>" (pkg/kubelet/config/common.go, applyDefaults), so it
-// depends on the manifest's meaning, the node name and the file's path,
-// not on the YAML's layout.
+// their kubelet APIs differ), and the pod of the first update is read
+// back. The UID is kubelet's hash (source.go names it) of the decoded,
+// defaulted internal pod followed by "host:<node>" and "file:<path>"
+// (pkg/kubelet/config/common.go, applyDefaults), so it depends on the
+// manifest's meaning, the node name and the file's path, not on the YAML's
+// layout.
 //
 //	kubeletuid --version                  Kubernetes vX.Y.Z of this module (from -ldflags)
 //	kubeletuid -node NAME [-as PATH] DIR   JSON {"<file>": {"name": ..., "uid": ...}} on stdout

@@ -18,8 +18,8 @@ import (
 // config's updates; the source logs what it cannot read to logger. It
 // stops with ctx.
 //
-// This minor's kubelet names a static pod by the FNV-128a (hash/fnv) hash of the
-// decoded, defaulted pod, then "host:<node>" and "file:<path>"
+// This minor's kubelet names a static pod by the FNV-128a (hash/fnv) hash
+// of the decoded, defaulted pod, then "host:<node>" and "file:<path>"
 // (pkg/kubelet/config/common.go, applyDefaults).
 func fileSource(ctx context.Context, logger logr.Logger, path, node string) <-chan kubetypes.PodUpdate {
 	cfg := config.NewPodConfig(&record.FakeRecorder{}, kubeletutil.NewPodStartupLatencyTracker())
