@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/version"
+
 	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
 
@@ -95,4 +97,52 @@ func (st *NodeState) validateImages(roster []string, bad func(field, format stri
 			}
 		}
 	}
+}
+
+// TagVersion is the version the tag of image reference ref says for
+// component (etcd's "3.6.16-0" is 3.6.16), nil when it has no tag or the
+// tag is no version.
+func TagVersion(component, ref string) *version.Version {
+	tag := ImageTag(ref)
+	if tag == "" {
+		return nil
+	}
+	v, err := parseComponentVersion(component, tag)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// KubernetesVersionError is a node state whose kubernetesVersion is not the
+// version kube-apiserver runs at: the control plane's version is
+// kube-apiserver's.
+type KubernetesVersionError struct {
+	// KubernetesVersion is the node state's kubernetesVersion.
+	KubernetesVersion string
+	// Image is kube-apiserver's image, and ImageVersion its version.
+	Image, ImageVersion string
+}
+
+func (e *KubernetesVersionError) Error() string {
+	return fmt.Sprintf("kubernetesVersion %s disagrees with kube-apiserver's image %s (version %s): the control plane's version is kube-apiserver's", e.KubernetesVersion, e.Image, e.ImageVersion)
+}
+
+// CheckKubernetesVersion returns a *KubernetesVersionError when
+// kube-apiserver's version (its image tag, or versions.kube-apiserver) is
+// not kubernetesVersion. An unpinned kube-apiserver runs at it by
+// construction. st is valid.
+func (st *NodeState) CheckKubernetesVersion() error {
+	want, err := ParseKubernetesVersion(st.KubernetesVersion)
+	if err != nil {
+		return err
+	}
+	got, err := st.ComponentVersion(KubeAPIServer)
+	if err != nil {
+		return err
+	}
+	if !got.EqualTo(want) {
+		return &KubernetesVersionError{KubernetesVersion: st.KubernetesVersion, Image: st.Image(KubeAPIServer), ImageVersion: "v" + got.String()}
+	}
+	return nil
 }
