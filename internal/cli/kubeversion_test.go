@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// newStateNode is a node imported with init --state from
+// testdata/states/default.yaml (v1.34.4, etcd 3.5.35, every image pinned),
+// its directories under the test's temporary directory.
+func newStateNode(t *testing.T) *adoptNode {
+	t.Helper()
+	dir := t.TempDir()
+	n := &adoptNode{t: t, dir: dir, manifests: filepath.Join(dir, "manifests"), states: filepath.Join(dir, "state")}
+	b, err := os.ReadFile("../../testdata/states/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := strings.NewReplacer("dataDir: /var/lib/etcd", "dataDir: "+filepath.Join(dir, "etcd"),
+		"pkiDir: /etc/kubernetes/pki", "pkiDir: "+filepath.Join(dir, "pki"),
+		"kubeconfigDir: /etc/kubernetes", "kubeconfigDir: "+filepath.Join(dir, "kube"),
+		"configDir: /etc/kubernetes/stratum", "configDir: "+filepath.Join(dir, "config")).Replace(string(b))
+	n.write("state.yaml", st)
+	n.su(ExitOK, "init", "--state", n.path("state.yaml"))
+	return n
+}
+
+func (n *adoptNode) path(name string) string { return filepath.Join(n.dir, name) }
+
+func (n *adoptNode) write(name, content string) {
+	n.t.Helper()
+	if err := os.WriteFile(n.path(name), []byte(content), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+const releaseHead = "apiVersion: stratum.ciq.com/v1\nkind: Release\n"
+
+// A release or node state whose kubernetesVersion is not kube-apiserver's
+// version is refused (exit 1), naming both; before, plan took the
+// release and the node state would have said v1.35.0 while every
+// Kubernetes component stayed at v1.34.4 or v1.34.5.
+func TestKubernetesVersionMustBeKubeAPIServers(t *testing.T) {
+	n := newStateNode(t)
+	n.write("mismatch.yaml", releaseHead+"kubernetesVersion: v1.35.0\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5\n")
+	_, stderr := n.su(ExitError, "plan", "--to", n.path("mismatch.yaml"))
+	t.Logf("plan --to mismatch.yaml: %s", stderr)
+	for _, want := range []string{"kubernetesVersion v1.35.0", "kube-apiserver", "registry.k8s.io/kube-apiserver:v1.34.4", "v1.34.4"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("plan --to mismatch.yaml: stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	n.su(ExitError, "run", "--to", n.path("mismatch.yaml"))
+
+	// The same as a node state.
+	b, err := os.ReadFile(n.path("state.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.write("mismatch-state.yaml", strings.Replace(string(b), "kubernetesVersion: v1.34.4", "kubernetesVersion: v1.35.0", 1))
+	_, stderr = n.su(ExitError, "plan", "--state", n.path("mismatch-state.yaml"))
+	if !strings.Contains(stderr, "kubernetesVersion v1.35.0") || !strings.Contains(stderr, "kube-apiserver:v1.34.4") {
+		t.Errorf("plan --state mismatch-state.yaml: %s", stderr)
+	}
+
+	// A release that moves kube-apiserver with kubernetesVersion is taken.
+	n.write("ok.yaml", releaseHead+"kubernetesVersion: v1.34.5\nimages:\n  kube-apiserver: registry.k8s.io/kube-apiserver:v1.34.5\n")
+	out, _ := n.su(ExitOK, "plan", "--to", n.path("ok.yaml"))
+	if !strings.Contains(out, "upgrade v1.34.4 -> v1.34.5 changes 1 manifest(s): kube-apiserver") {
+		t.Errorf("plan --to ok.yaml:\n%s", out)
+	}
+}
