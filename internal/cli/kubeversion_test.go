@@ -72,3 +72,63 @@ func TestKubernetesVersionMustBeKubeAPIServers(t *testing.T) {
 		t.Errorf("plan --to ok.yaml:\n%s", out)
 	}
 }
+
+// On a node adopted from the real kubeadm's v1.36.3 manifests, plan lists
+// the next minor, kubeadm's way, and plan --to v1.37.2 moves every
+// Kubernetes component and etcd (to kubeadm 1.37's 3.7.0) in the node's
+// repository. etcd 3.6.8 -> 3.7.0 is what etcd's upgrade guide refuses
+// (3.6.11 first), and both say so.
+func TestPlanByVersionOnAdoptedKubeadmNode(t *testing.T) {
+	n := newAdoptNode(t, "v1.36.3", "defaults")
+	n.su(ExitOK, "init", "--from-kubeadm", "--kubeadm-config", n.cfg, "--yes")
+
+	out, _ := n.su(ExitOK, "plan")
+	for _, want := range []string{
+		"Upgrade to the latest version of the next minor, v1.37:",
+		"COMPONENT                 NODE      CURRENT   TARGET\n",
+		"etcd                      cp-1      3.6.8     3.7.0\n",
+		"kube-apiserver            cp-1      v1.36.3   v1.37.2\n",
+		"kube-controller-manager   cp-1      v1.36.3   v1.37.2\n",
+		"kube-scheduler            cp-1      v1.36.3   v1.37.2\n",
+		"[EtcdMinimumPatch] etcd 3.6.8 -> 3.7.0",
+		"\tstratum-upgrade run --to v1.37.2 --state-dir " + n.states,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "v1.36 series") {
+		t.Errorf("plan offers a patch of v1.36 though v1.36.3 is the newest known:\n%s", out)
+	}
+
+	_, stderr := n.su(ExitError, "plan", "--to", "v1.37.2")
+	if !strings.Contains(stderr, "EtcdMinimumPatch] etcd 3.6.8 -> 3.7.0") {
+		t.Errorf("plan --to v1.37.2 from etcd 3.6.8: %s", stderr)
+	}
+	out, _ = n.su(ExitOK, "plan", "--to", "v1.37.2", "--ignore-preflight-errors", "EtcdMinimumPatch,EtcdHealth")
+	if !strings.Contains(out, "upgrade v1.36.3 -> v1.37.2 changes 4 manifest(s): etcd, kube-apiserver, kube-controller-manager, kube-scheduler") {
+		t.Errorf("plan --to v1.37.2:\n%s", out)
+	}
+	for _, want := range []string{"+    image: registry.k8s.io/etcd:3.7.0-0", "+    image: registry.k8s.io/kube-apiserver:v1.37.2",
+		"+    image: registry.k8s.io/kube-controller-manager:v1.37.2", "+    image: registry.k8s.io/kube-scheduler:v1.37.2", "(version v1.37.2)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan --to v1.37.2 lacks %q", want)
+		}
+	}
+
+	// Never down, and only versions.
+	_, stderr = n.su(ExitError, "plan", "--to", "v1.36.1")
+	if !strings.Contains(stderr, "upgrade to v1.36.1: older than the node's v1.36.3") {
+		t.Errorf("plan --to v1.36.1: %s", stderr)
+	}
+	_, stderr = n.su(ExitUsage, "run", "--to", "1.37")
+	if !strings.Contains(stderr, "--to 1.37: not a Kubernetes version") {
+		t.Errorf("run --to 1.37: %s", stderr)
+	}
+	// The node at the newest version the table knows has nothing to offer.
+	n2 := newAdoptNode(t, "v1.37.2", "defaults")
+	n2.su(ExitOK, "init", "--from-kubeadm", "--kubeadm-config", n2.cfg, "--yes")
+	if out, _ := n2.su(ExitOK, "plan"); !strings.Contains(out, "node cp-1 runs v1.37.2: the version table (docs/versions.md) knows no newer patch of its minor and no next minor") {
+		t.Errorf("plan on v1.37.2:\n%s", out)
+	}
+}
