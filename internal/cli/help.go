@@ -93,6 +93,10 @@ var conventionsOf = map[string]commandConventions{
 	"forget-node": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # cp-3 died for good mid-upgrade and every other node waits for it.
   stratum-upgrade status --cluster
   stratum-upgrade forget-node cp-3 --reason "disk failed; node replaced by cp-4"`},
+	"state": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Edit the node state the journal holds, see the change, make it.
+  stratum-upgrade state > node.yaml
+  stratum-upgrade plan --state node.yaml
+  stratum-upgrade apply --state node.yaml`},
 	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
   # One transaction with every journaled step.
   stratum-upgrade history 20261202T130405Z-1a2b`},

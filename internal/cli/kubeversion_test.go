@@ -132,3 +132,36 @@ func TestPlanByVersionOnAdoptedKubeadmNode(t *testing.T) {
 		t.Errorf("plan on v1.37.2:\n%s", out)
 	}
 }
+
+// state prints the journal's node state; fed back to plan --state, as YAML
+// or JSON, it plans nothing: on a node imported from a file and on one
+// adopted from kubeadm (extra args in kubeadm's order, adopted inputs).
+func TestStateRoundTrip(t *testing.T) {
+	adopted := newAdoptNode(t, "v1.36.3", "extra-args")
+	adopted.su(ExitOK, "init", "--from-kubeadm", "--kubeadm-config", adopted.cfg, "--yes")
+	for name, n := range map[string]*adoptNode{"imported": newStateNode(t), "adopted": adopted} {
+		for _, format := range []string{"yaml", "json"} {
+			out, _ := n.su(ExitOK, "state", "-o", format)
+			file := "state-out." + format
+			n.write(file, out)
+			plan, _ := n.su(ExitOK, "plan", "--state", n.path(file))
+			if !strings.Contains(plan, "nothing to do") {
+				t.Errorf("%s: plan --state of state -o %s plans something:\n%s\nstate:\n%s", name, format, plan, out)
+			}
+		}
+	}
+	out, _ := adopted.su(ExitOK, "state")
+	for _, want := range []string{"# The node state of cp-1 in journal " + adopted.states, "apply --state FILE --state-dir " + adopted.states,
+		"\napiVersion: stratum.ciq.com/v1\nkind: NodeState\nnodeName: cp-1\n", "\nextraArgsOrder:\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("state lacks %q:\n%s", want, out)
+		}
+	}
+	// An edited state plans the edit.
+	n := newStateNode(t)
+	out, _ = n.su(ExitOK, "state")
+	n.write("edited.yaml", strings.Replace(out, "kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.4", "kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5", 1))
+	if plan, _ := n.su(ExitOK, "plan", "--state", n.path("edited.yaml")); !strings.Contains(plan, "changes 1 manifest(s): kube-scheduler") {
+		t.Errorf("plan --state of an edited state:\n%s", plan)
+	}
+}
