@@ -18,7 +18,7 @@ var releasePage = spec{
 A release is what an upgrade moves a node to: a Kubernetes version and the
 image of each component it changes. ` + "`stratum-upgrade plan --to FILE`" + ` shows
 what it would change and ` + "`stratum-upgrade run --to FILE`" + ` makes the change
-([cli.md](../cli.md#plan---to-release----state-file---ignore-preflight-errors-name)). A
+([cli.md](../cli.md#plan---to-versionrelease----state-file---ignore-preflight-errors-name)). A
 release is cluster-wide: the same file serves every control-plane node, and a
 component a node does not run (kube-vip on a node without ` + "`vip`" + `) is ignored.
 
