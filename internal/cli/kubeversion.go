@@ -20,8 +20,8 @@ func (g *globals) kubernetesVersionAdvice(err error) string {
 	if !errors.As(err, &kve) {
 		return ""
 	}
-	return fmt.Sprintf("; name kube-apiserver's image at %s (and that of each other component the node pins) in the file, or move every component to %s by version: `%s`",
-		kve.KubernetesVersion, kve.KubernetesVersion, g.cmdline("run --to "+kve.KubernetesVersion))
+	return fmt.Sprintf("; name kube-apiserver's image at %s (and that of each other component the node pins) in the file, or give the version kube-apiserver runs at; on an initialised node `%s` moves every component to %s",
+		kve.KubernetesVersion, g.cmdline("run --to "+kve.KubernetesVersion), kve.KubernetesVersion)
 }
 
 // looksLikeVersion matches what was meant as a Kubernetes version.

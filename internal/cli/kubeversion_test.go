@@ -46,7 +46,6 @@ func TestKubernetesVersionMustBeKubeAPIServers(t *testing.T) {
 	n := newStateNode(t)
 	n.write("mismatch.yaml", releaseHead+"kubernetesVersion: v1.35.0\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5\n")
 	_, stderr := n.su(ExitError, "plan", "--to", n.path("mismatch.yaml"))
-	t.Logf("plan --to mismatch.yaml: %s", stderr)
 	for _, want := range []string{"kubernetesVersion v1.35.0", "kube-apiserver", "registry.k8s.io/kube-apiserver:v1.34.4", "v1.34.4"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("plan --to mismatch.yaml: stderr lacks %q:\n%s", want, stderr)
@@ -63,6 +62,17 @@ func TestKubernetesVersionMustBeKubeAPIServers(t *testing.T) {
 	_, stderr = n.su(ExitError, "plan", "--state", n.path("mismatch-state.yaml"))
 	if !strings.Contains(stderr, "kubernetesVersion v1.35.0") || !strings.Contains(stderr, "kube-apiserver:v1.34.4") {
 		t.Errorf("plan --state mismatch-state.yaml: %s", stderr)
+	}
+
+	// init refuses such a node state too, before anything is created.
+	fresh := &adoptNode{t: t, dir: n.dir, manifests: filepath.Join(n.dir, "fresh-manifests"), states: filepath.Join(n.dir, "fresh-state")}
+	for _, args := range [][]string{{"init", "--dry-run", "--state", n.path("mismatch-state.yaml")}, {"init", "--state", n.path("mismatch-state.yaml")}} {
+		if _, stderr := fresh.su(ExitError, args...); !strings.Contains(stderr, "kubernetesVersion v1.35.0 disagrees with kube-apiserver's image") {
+			t.Errorf("%v: %s", args, stderr)
+		}
+	}
+	if _, err := os.Stat(fresh.states); err == nil {
+		t.Error("init of a mismatched node state made the state directory")
 	}
 
 	// A release that moves kube-apiserver with kubernetesVersion is taken.
