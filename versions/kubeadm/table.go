@@ -55,7 +55,7 @@ var Table = []Minor{
 func PatchesSource() string { return patchesSource }
 
 // ErrUnknownMinor is wrapped by every UnknownMinorError.
-var ErrUnknownMinor = errors.New("Kubernetes minor not in kubeadm's table")
+var ErrUnknownMinor = errors.New("no etcd version paired with the Kubernetes minor")
 
 // UnknownMinorError is a Kubernetes version whose minor the table lacks.
 type UnknownMinorError struct {
