@@ -52,6 +52,11 @@ func TestKubernetesVersionMustBeKubeAPIServers(t *testing.T) {
 		}
 	}
 	n.su(ExitError, "run", "--to", n.path("mismatch.yaml"))
+	// A release naming kube-apiserver at another version than its own.
+	n.write("self-mismatch.yaml", releaseHead+"kubernetesVersion: v1.34.5\nimages:\n  kube-apiserver: registry.k8s.io/kube-apiserver:v1.34.6\n")
+	if _, stderr := n.su(ExitError, "plan", "--to", n.path("self-mismatch.yaml")); !strings.Contains(stderr, "kubernetesVersion v1.34.5 disagrees with kube-apiserver's image registry.k8s.io/kube-apiserver:v1.34.6 (version v1.34.6)") {
+		t.Errorf("plan --to self-mismatch.yaml: %s", stderr)
+	}
 
 	// The same as a node state.
 	b, err := os.ReadFile(n.path("state.yaml"))
@@ -73,6 +78,12 @@ func TestKubernetesVersionMustBeKubeAPIServers(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh.states); err == nil {
 		t.Error("init of a mismatched node state made the state directory")
+	}
+
+	// By version, one minor at a time: v1.34 -> v1.36 is refused by the
+	// pre-flight check, naming the minor to go through.
+	if _, stderr := n.su(ExitError, "plan", "--to", "v1.36.3"); !strings.Contains(stderr, "KubernetesMinorSkip] kube-apiserver v1.34.4 -> v1.36.3 skips 1.35") {
+		t.Errorf("plan --to v1.36.3 from v1.34.4: %s", stderr)
 	}
 
 	// A release that moves kube-apiserver with kubernetesVersion is taken.
