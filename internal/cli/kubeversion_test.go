@@ -1,10 +1,15 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
 
 // newStateNode is a node imported with init --state from
@@ -184,5 +189,54 @@ func TestStateRoundTrip(t *testing.T) {
 	n.write("edited.yaml", strings.Replace(out, "kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.4", "kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5", 1))
 	if plan, _ := n.su(ExitOK, "plan", "--state", n.path("edited.yaml")); !strings.Contains(plan, "changes 1 manifest(s): kube-scheduler") {
 		t.Errorf("plan --state of an edited state:\n%s", plan)
+	}
+}
+
+// On every kubeadm fixture's defaults node whose minor has a next one in
+// the version table, plan offers that minor's newest version for etcd and
+// every Kubernetes component, and plan --to it changes all four manifests.
+func TestPlanNextMinorOnEveryKubeadmFixture(t *testing.T) {
+	dirs, err := filepath.Glob("../../testdata/kubeadm/v*/defaults")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no kubeadm fixtures: %v", err)
+	}
+	checked := 0
+	for _, dir := range dirs {
+		ver := filepath.Base(filepath.Dir(dir))
+		next, ok := kubeadm.Next(version.MustParseSemantic(ver))
+		if !ok {
+			continue
+		}
+		t.Run(ver, func(t *testing.T) {
+			n := newAdoptNode(t, ver, "defaults")
+			n.su(ExitOK, "init", "--from-kubeadm", "--kubeadm-config", n.cfg, "--yes")
+			out, _ := n.su(ExitOK, "plan", "-o", "json")
+			var rep availableReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("plan -o json: %v\n%s", err, out)
+			}
+			last := rep.Upgrades[len(rep.Upgrades)-1]
+			etcdTag, _ := kubeadm.EtcdTag(version.MustParseSemantic(next.Newest()))
+			want := map[string]string{"etcd": "registry.k8s.io/etcd:" + etcdTag}
+			for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				want[c] = "registry.k8s.io/" + c + ":" + next.Newest()
+			}
+			if last.Version != next.Newest() || len(last.Components) != 4 {
+				t.Fatalf("plan: last upgrade %+v, want %s with 4 components", last, next.Newest())
+			}
+			for _, c := range last.Components {
+				if c.Image != want[c.Component] {
+					t.Errorf("plan: %s -> %s, want %s", c.Component, c.Image, want[c.Component])
+				}
+			}
+			out, _ = n.su(ExitOK, "plan", "--to", next.Newest(), "--ignore-preflight-errors", "all")
+			if !strings.Contains(out, "changes 4 manifest(s): etcd, kube-apiserver, kube-controller-manager, kube-scheduler") {
+				t.Errorf("plan --to %s:\n%s", next.Newest(), out)
+			}
+		})
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no fixture of a minor with a next one in the version table")
 	}
 }
