@@ -62,7 +62,7 @@ type NeededImage struct {
 	// (or, for Rollback, that its rollback would put back on it).
 	Components []string `json:"components"`
 	// Rollback: only the rollback needs it (the image a component runs now).
-	Rollback bool `json:"rollback,omitempty"`
+	Rollback bool `json:"rollback"`
 }
 
 // PlanImages is every image the transaction of p needs: the images of

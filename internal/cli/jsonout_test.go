@@ -259,6 +259,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "write.json", "render")
 
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "images.json", "images", "list", "--to", n.path("sched.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("same.yaml"))
 	n.su(ExitError, "", "plan", "--to", n.path("skip.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("skip.yaml"), "--ignore-preflight-errors", "all")
@@ -331,7 +332,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 		t.Errorf("init --from-kubeadm without --yes made the state directory: %v", err)
 	}
 
-	for _, s := range []string{"adopt.json", "audit.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
+	for _, s := range []string{"adopt.json", "audit.json", "error.json", "history-txn.json", "history.json", "images.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
 		if !n.seen[s] {
 			t.Errorf("no output was checked against %s", s)
 		}

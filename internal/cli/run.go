@@ -70,6 +70,7 @@ warning; the journal records the checks a transaction was let through with.
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
 	preflightFlag(cmd, &ignore)
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -170,6 +171,7 @@ a commit it holds writes the snapshot does not.
 	}
 	cmd.Flags().BoolVar(&last, "last", false, "undo the last committed transaction (upgrade, apply, stop or start)")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -209,7 +211,7 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
-		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord,
+		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord, Images: g.engineImages(),
 	})
 	if err != nil {
 		return err

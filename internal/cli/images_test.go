@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/cri-client/pkg/fake"
+
+	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// imagesOf is the "image" of every object in a JSON list.
+func imagesOf(v any) []string {
+	var out []string
+	for _, o := range v.([]any) {
+		m := o.(map[string]any)
+		out = append(out, fmt.Sprintf("%s present=%v rollback=%v pulled=%v", m["image"], m["present"], m["rollback"], m["pulled"]))
+	}
+	return out
+}
+
+// images list, plan's images and images pull against k8s.io/cri-client's
+// fake CRI server holding the node's current images (what a runtime holds
+// cannot be chosen here without root; e2e/registry_test.go runs them
+// against containerd and a registry).
+func TestImagesCommands(t *testing.T) {
+	n := newJSONNode(t)
+	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
+	list := n.su(ExitOK, "images.json", "images", "list", "--to", n.path("sched.yaml"))
+	st, err := nodestate.Load("../../testdata/states/default-vip.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, current []string
+	for _, comp := range manifest.NamesFor(st) {
+		img := st.Images[comp]
+		current = append(current, img)
+		if comp == nodestate.Scheduler {
+			img = "registry.k8s.io/kube-scheduler:v1.34.5" // sched.yaml's
+		}
+		want = append(want, img+" present=<nil> rollback=<nil> pulled=<nil>")
+	}
+	got := imagesOf(list[0]["images"])
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("images list:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	f := fake.NewFakeRemoteRuntime()
+	f.ImageService.SetFakeImageSize(1 << 20)
+	f.ImageService.SetFakeImages(current)
+	sock := "unix://" + filepath.Join(t.TempDir(), "cri.sock")
+	if err := f.Start(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+
+	plan := n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"), "--cri-socket", sock)
+	got = imagesOf(plan[0]["images"])
+	want = []string{
+		"registry.k8s.io/kube-scheduler:v1.34.5 present=false rollback=false pulled=<nil>",
+		"registry.k8s.io/kube-scheduler:v1.34.4 present=true rollback=true pulled=<nil>",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("plan's images:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	why := "failed to resolve reference \"registry.k8s.io/kube-scheduler:v1.34.5\": not found"
+	f.ImageService.InjectError("PullImage", status.Error(codes.NotFound, why))
+	fail := n.su(ExitError, "images.json", "images", "pull", "--to", n.path("sched.yaml"), "--cri-socket", sock)
+	errLine, _ := fail[len(fail)-1]["error"].(map[string]any)
+	if msg, _ := errLine["message"].(string); !strings.Contains(msg, why) || !strings.Contains(msg, "registry.k8s.io/kube-scheduler:v1.34.5") {
+		t.Fatalf("images pull with a failing pull: %v; want the image and the runtime's reason", fail[len(fail)-1])
+	}
+	pull := n.su(ExitOK, "images.json", "images", "pull", "--to", n.path("sched.yaml"), "--cri-socket", sock)
+	got = imagesOf(pull[0]["images"])
+	if !strings.Contains(strings.Join(got, "\n"), "registry.k8s.io/kube-scheduler:v1.34.5 present=false rollback=<nil> pulled=true") ||
+		!strings.Contains(strings.Join(got, "\n"), st.Images[nodestate.Etcd]+" present=true rollback=<nil> pulled=false") {
+		t.Fatalf("images pull:\n%s", strings.Join(got, "\n"))
+	}
+	plan = n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"), "--cri-socket", sock)
+	if got := imagesOf(plan[0]["images"]); !strings.HasSuffix(got[0], "v1.34.5 present=true rollback=false pulled=<nil>") {
+		t.Fatalf("plan after the pull: %v", got)
+	}
+}
