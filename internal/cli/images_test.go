@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/cri-client/pkg/fake"
 
+	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -85,5 +86,39 @@ func TestImagesCommands(t *testing.T) {
 	plan = n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"), "--cri-socket", sock)
 	if got := imagesOf(plan[0]["images"]); !strings.HasSuffix(got[0], "v1.34.5 present=true rollback=false pulled=<nil>") {
 		t.Fatalf("plan after the pull: %v", got)
+	}
+}
+
+// images list --to testdata/releases/v1.34.5.yaml on a node made from
+// testdata/states/default.yaml prints the release's image of every
+// component of the node's roster, one per line, in roster order.
+func TestImagesListRelease(t *testing.T) {
+	n := newJSONNode(t)
+	node, err := nodestate.Load("../../testdata/states/default.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Etcd.DataDir, node.PKIDir = filepath.Join(n.dir, "etcd"), filepath.Join(n.dir, "pki")
+	node.KubeconfigDir, node.ConfigDir = filepath.Join(n.dir, "kube"), filepath.Join(n.dir, "config")
+	if err := node.Save(n.path("default.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	n.su(ExitOK, "write.json", "init", "--state", n.path("default.yaml"))
+	relPath := "../../testdata/releases/v1.34.5.yaml"
+	rel, _, err := engine.LoadRelease(relPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for _, comp := range manifest.NamesFor(node) {
+		fmt.Fprintln(&want, rel.Images[comp])
+	}
+	var stdout, stderr strings.Builder
+	code := Main([]string{"images", "list", "--to", relPath, "--manifest-dir", n.manifests, "--state-dir", n.states, "--proc-scope", "self"}, &stdout, &stderr)
+	if code != ExitOK || stdout.String() != want.String() {
+		t.Fatalf("images list: exit %d\n%s\nwant\n%s\nstderr: %s", code, stdout.String(), want.String(), stderr.String())
+	}
+	if strings.Count(want.String(), "\n") != 4 {
+		t.Fatalf("the default node runs 4 components, the list has:\n%s", want.String())
 	}
 }
