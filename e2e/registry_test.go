@@ -151,6 +151,7 @@ func TestRegistryImages(t *testing.T) {
 			if r.code != 1 || !strings.Contains(out, "ImagePull") || !strings.Contains(out, c.image) || !strings.Contains(out, c.reason) || !strings.Contains(out, "nothing was written") {
 				t.Fatalf("%s: exit %d; want 1, the ImagePull check naming %s and the runtime's %q:\n%s", c.name, r.code, c.image, c.reason, r.output())
 			}
+			t.Logf("%s: %s", c.name, strings.TrimSpace(r.stderr))
 			for _, ev := range r.events {
 				if ev.Txn != "" || ev.Step == "stop" || ev.Step == "write" {
 					t.Fatalf("%s: a refused run went on to %s (txn %q)", c.name, ev.Step, ev.Txn)
