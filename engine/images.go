@@ -181,6 +181,7 @@ func (e *Engine) ensureImage(ctx context.Context, rt ImageRuntime, n NeededImage
 	if n.Rollback {
 		purpose = "for the rollback of " + strings.Join(n.Components, ", ")
 	}
+	var gaveUp string
 	img, err := rt.Status(ctx, n.Ref)
 	if err == nil && img.Present {
 		e.event("", journal.PhasePlanned, "image", comp, "", fmt.Sprintf("image %s present (%s) %s", n.Ref, size(img.Size), purpose))
@@ -197,10 +198,14 @@ func (e *Engine) ensureImage(ctx context.Context, rt ImageRuntime, n NeededImage
 			return nil
 		}
 		if pctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-			err = fmt.Errorf("%w (gave up after %s, --image-pull-timeout)", err, timeout)
+			gaveUp = fmt.Sprintf(" (gave up after %s, --image-pull-timeout)", timeout)
 		}
 	}
-	return &versions.Finding{Check: CheckImagePull, Component: comp, Message: fmt.Sprintf("image %s (%s) is not on the node and was not pulled: %v", n.Ref, purpose, err)}
+	msg := fmt.Sprintf("image %s (%s) is not on the node and was not pulled: %v%s", n.Ref, purpose, err, gaveUp)
+	if pe := (*cri.PullError)(nil); errors.As(err, &pe) {
+		msg = fmt.Sprintf("image %s (%s) is not on the node, and the container runtime at %s could not pull it: %s%s", n.Ref, purpose, pe.Endpoint, pe.Reason, gaveUp)
+	}
+	return &versions.Finding{Check: CheckImagePull, Component: comp, Message: msg}
 }
 
 // size is a byte count for a progress line.

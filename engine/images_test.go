@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -241,3 +242,37 @@ func mapsEqualBytes(a, b map[string][]byte) bool { return maps.EqualFunc(a, b, b
 
 // logTo is a logger that writes text to w.
 func logTo(w *strings.Builder) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// slowRuntime has no image and pulls until its context ends, as a pull
+// over a link too slow to finish would.
+type slowRuntime struct{}
+
+func (slowRuntime) Status(ctx context.Context, ref string) (cri.Image, error) {
+	return cri.Image{Ref: ref}, nil
+}
+
+func (slowRuntime) Pull(ctx context.Context, ref string) (cri.Image, error) {
+	<-ctx.Done()
+	return cri.Image{Ref: ref}, &cri.PullError{Ref: ref, Endpoint: "unix:///slow.sock", Reason: ctx.Err().Error()}
+}
+
+// A pull that does not finish within PullTimeout is given up: an ImagePull
+// refusal that says so, nothing written.
+func TestImagePullTimeout(t *testing.T) {
+	n := newMemNode(t)
+	e := n.engine(nil)
+	e.images = Images{Connect: func() (ImageRuntime, error) { return slowRuntime{}, nil }, PullTimeout: 200 * time.Millisecond}
+	rel := release(n.st, false, "", standin.ModeHealthy)
+	start := time.Now()
+	_, err := e.Run(t.Context(), rel, nil)
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "gave up after 200ms, --image-pull-timeout") {
+		t.Fatalf("Run with pulls that never finish: %v; want ImagePull refusals that say the pull timed out", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("gave up after %s", d)
+	}
+	if hist, _ := n.j.History(0); len(hist) != 0 {
+		t.Fatal("a refused run journaled a transaction")
+	}
+}
