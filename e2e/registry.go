@@ -44,8 +44,9 @@ func registryTools() ([]build.Tool, error) {
 	}
 	mod := filepath.Join(root, "internal", "harness", "tools", "registry")
 	return []build.Tool{{
-		Name: "distribution registry " + RegistryVersion, Dir: filepath.Join(cache, "registry-"+RegistryVersion), ModuleDir: mod,
-		Packages: []string{"github.com/distribution/distribution/v3/cmd/registry"}, Binaries: []string{"registry"},
+		// The upstream command with only the filesystem storage driver.
+		Name: "distribution registry " + RegistryVersion, Dir: filepath.Join(cache, "registry-"+RegistryVersion+"-fs"), ModuleDir: mod,
+		Packages: []string{"./registry"}, Binaries: []string{"registry"},
 		Version: RegistryVersion, Timeout: 20 * time.Minute,
 	}, {
 		Name: "registry push", Dir: filepath.Join(cache, "registry-push-v0.22.1"), ModuleDir: mod,
