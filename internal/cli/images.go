@@ -151,9 +151,9 @@ func (g *globals) listImages(version string, need []engine.NeededImage) error {
 	return nil
 }
 
-// ErrImagesNotPulled is the error of an images pull that left an image
+// errImagesNotPulled is the error of an images pull that left an image
 // off the node.
-var ErrImagesNotPulled = errors.New("not every image could be pulled")
+var errImagesNotPulled = errors.New("not every image could be pulled")
 
 func (g *globals) pullImages(version string, need []engine.NeededImage) error {
 	rt, err := g.runtime()
@@ -195,7 +195,7 @@ func (g *globals) pullImages(version string, need []engine.NeededImage) error {
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%w through %s: %s", ErrImagesNotPulled, rt.Source, strings.Join(failed, "; "))
+		return fmt.Errorf("%w through %s: %s", errImagesNotPulled, rt.Source, strings.Join(failed, "; "))
 	}
 	return nil
 }
