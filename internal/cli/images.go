@@ -158,7 +158,7 @@ var errImagesNotPulled = errors.New("not every image could be pulled")
 func (g *globals) pullImages(version string, need []engine.NeededImage) error {
 	rt, err := g.runtime()
 	if err != nil {
-		return fmt.Errorf("images pull: %w (name the runtime's socket with --cri-socket)", err)
+		return fmt.Errorf("images pull: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
