@@ -370,6 +370,11 @@ func (r *reporter) deadline(step string) (time.Duration, bool) {
 		return dl.Active, true
 	case "cluster-lock":
 		return r.g.coord.Wait, true
+	case "image-pull":
+		if r.g.cri.pullTimeout == 0 {
+			return engine.DefaultPullTimeout, true
+		}
+		return r.g.cri.pullTimeout, true
 	}
 	return 0, false
 }
