@@ -51,8 +51,8 @@ func Dial(src Source, timeout time.Duration) (*Client, error) {
 }
 
 // Open is Resolve then Dial.
-func Open(explicit, kubeletConfig string) (*Client, error) {
-	src, err := Resolve(explicit, kubeletConfig)
+func Open(explicit string, ps Processes, kubeletConfig string) (*Client, error) {
+	src, err := Resolve(explicit, ps, kubeletConfig)
 	if err != nil {
 		return nil, err
 	}

@@ -123,16 +123,16 @@ func TestResolve(t *testing.T) {
 	}
 	cfg := write("config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/k3s/containerd.sock\n")
 	// The flag wins over kubelet's configuration; a bare path is a unix socket.
-	if s, err := Resolve("/run/x.sock", cfg); err != nil || s.Endpoint != "unix:///run/x.sock" || s.From != "--cri-socket" {
+	if s, err := Resolve("/run/x.sock", nil, cfg); err != nil || s.Endpoint != "unix:///run/x.sock" || s.From != "--cri-socket" {
 		t.Fatalf("explicit: %+v, %v", s, err)
 	}
-	if s, err := Resolve("", cfg); err != nil || s.Endpoint != "unix:///run/k3s/containerd.sock" || !strings.Contains(s.From, cfg) {
+	if s, err := Resolve("", nil, cfg); err != nil || s.Endpoint != "unix:///run/k3s/containerd.sock" || !strings.Contains(s.From, cfg) {
 		t.Fatalf("kubelet config: %+v, %v", s, err)
 	}
-	if _, err := Resolve("", write("bad.yaml", "kind: Pod\n")); err == nil || !strings.Contains(err.Error(), "not KubeletConfiguration") {
+	if _, err := Resolve("", nil, write("bad.yaml", "kind: Pod\n")); err == nil || !strings.Contains(err.Error(), "not KubeletConfiguration") {
 		t.Fatalf("a file of another kind: %v, want refused", err)
 	}
-	if _, err := Resolve("", write("broken.yaml", "kind: [\n")); err == nil {
+	if _, err := Resolve("", nil, write("broken.yaml", "kind: [\n")); err == nil {
 		t.Fatal("an unparsable kubelet configuration was accepted")
 	}
 	// No endpoint in the config: the defaults, the first whose socket exists.
@@ -141,11 +141,11 @@ func TestResolve(t *testing.T) {
 	crio := filepath.Join(dir, "crio.sock")
 	DefaultEndpoints = []Source{{Endpoint: "unix://" + filepath.Join(dir, "containerd.sock"), From: "containerd's default socket"}, {Endpoint: "unix://" + crio, From: "CRI-O's default socket"}}
 	noEP := write("noep.yaml", "kind: KubeletConfiguration\n")
-	if _, err := Resolve("", noEP); !errors.Is(err, ErrNoRuntime) || !strings.Contains(err.Error(), "containerd.sock") {
+	if _, err := Resolve("", nil, noEP); !errors.Is(err, ErrNoRuntime) || !strings.Contains(err.Error(), "containerd.sock") {
 		t.Fatalf("no socket: %v, want ErrNoRuntime naming what was tried", err)
 	}
 	write("crio.sock", "")
-	if s, err := Resolve("", filepath.Join(dir, "absent.yaml")); err != nil || s.Endpoint != "unix://"+crio {
+	if s, err := Resolve("", nil, filepath.Join(dir, "absent.yaml")); err != nil || s.Endpoint != "unix://"+crio {
 		t.Fatalf("defaults: %+v, %v; want CRI-O's socket, the only one there", s, err)
 	}
 }

@@ -63,13 +63,26 @@ func Normalize(endpoint string) string {
 }
 
 // Resolve is the endpoint to talk to: explicit (--cri-socket) when set;
-// else containerRuntimeEndpoint from kubelet's configuration file
+// else the one the running kubelet was started with (ps finds it: its
+// --container-runtime-endpoint, or the field in the file its --config
+// names); else containerRuntimeEndpoint from kubelet's configuration file
 // kubeletConfig when it exists and names one; else the first default
 // socket that exists. A configuration that cannot be read or parsed is an
 // error, not a reason to guess. No socket at all is a *NoRuntimeError.
-func Resolve(explicit, kubeletConfig string) (Source, error) {
+func Resolve(explicit string, ps Processes, kubeletConfig string) (Source, error) {
 	if explicit != "" {
 		return Source{Endpoint: Normalize(explicit), From: "--cri-socket"}, nil
+	}
+	var tried []string
+	if ps != nil {
+		src, ok, note, err := fromRunningKubelet(ps)
+		if err != nil {
+			return Source{}, err
+		}
+		if ok {
+			return src, nil
+		}
+		tried = append(tried, note)
 	}
 	if kubeletConfig != "" {
 		ep, err := fromKubeletConfig(kubeletConfig)
@@ -79,8 +92,8 @@ func Resolve(explicit, kubeletConfig string) (Source, error) {
 		if ep != "" {
 			return Source{Endpoint: Normalize(ep), From: "kubelet's configuration " + kubeletConfig}, nil
 		}
+		tried = append(tried, "kubelet's configuration "+kubeletConfig+" names no containerRuntimeEndpoint (or does not exist)")
 	}
-	var tried []string
 	for _, d := range DefaultEndpoints {
 		path := strings.TrimPrefix(d.Endpoint, "unix://")
 		_, err := os.Stat(path)
@@ -88,9 +101,6 @@ func Resolve(explicit, kubeletConfig string) (Source, error) {
 			return d, nil
 		}
 		tried = append(tried, fmt.Sprintf("%s: %v", d, err))
-	}
-	if kubeletConfig != "" {
-		tried = append([]string{"kubelet's configuration " + kubeletConfig + " names no containerRuntimeEndpoint (or does not exist)"}, tried...)
 	}
 	return Source{}, &NoRuntimeError{Tried: tried}
 }

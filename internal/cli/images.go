@@ -30,7 +30,7 @@ type criOptions struct {
 // criFlags adds --cri-socket to cmd and, when pulls, --image-pull-timeout;
 // with require also --require-cri.
 func (g *globals) criFlags(cmd *cobra.Command, pulls, require bool) {
-	cmd.Flags().StringVar(&g.cri.socket, "cri-socket", "", "the container runtime's CRI socket (default: kubelet's containerRuntimeEndpoint in "+cri.KubeletConfig+", else containerd's, then CRI-O's default socket)")
+	cmd.Flags().StringVar(&g.cri.socket, "cri-socket", "", "the container runtime's CRI socket (default: the running kubelet's, else containerRuntimeEndpoint in "+cri.KubeletConfig+", else containerd's, then CRI-O's default socket)")
 	if pulls {
 		cmd.Flags().DurationVar(&g.cri.pullTimeout, "image-pull-timeout", engine.DefaultPullTimeout, "how long one image pull through the container runtime may take")
 	}
@@ -41,7 +41,7 @@ func (g *globals) criFlags(cmd *cobra.Command, pulls, require bool) {
 
 // runtime connects to the container runtime the flags name.
 func (g *globals) runtime() (*cri.Client, error) {
-	return cri.Open(g.cri.socket, cri.KubeletConfig)
+	return cri.Open(g.cri.socket, g.scanner, cri.KubeletConfig)
 }
 
 // engineImages is the engine's image pre-flight configuration.
