@@ -78,7 +78,13 @@ func TestRegistryImages(t *testing.T) {
 		rel := release(n, "v1.34.5-registry", nil)
 		listed := listImages(t, n, rel)
 		presentBefore := presentImages(t, sock, listed)
-		r := n.run(t, runtimeFlags, "run", "--to", rel)
+		// No --cri-socket: the runtime is the one the running kubelet's
+		// --config names (the Host's kubelet is the only one this run
+		// sees: STRATUM_E2E_NS=1, or CI's machine to itself).
+		r := n.run(t, runOpts{}, "run", "--to", rel)
+		if !strings.Contains(r.stderr, `"endpoint":"`+sock+`","from":"the running kubelet's --config`) {
+			t.Errorf("the runtime was not found through the running kubelet's --config:\n%s", r.output())
+		}
 		rep.add(t, "upgrade of the 3 stand-ins to images only in the registry: pulled in pre-flight", r)
 		if r.code != 0 {
 			t.Fatalf("run exited %d, want 0:\n%s", r.code, r.output())

@@ -47,7 +47,14 @@ func (g *globals) runtime() (*cri.Client, error) {
 // engineImages is the engine's image pre-flight configuration.
 func (g *globals) engineImages() engine.Images {
 	return engine.Images{
-		Connect:     func() (engine.ImageRuntime, error) { return g.runtime() },
+		Connect: func() (engine.ImageRuntime, error) {
+			c, err := g.runtime()
+			if err != nil {
+				return nil, err
+			}
+			g.log.Info("container runtime for the image pre-flight", "endpoint", c.Source.Endpoint, "from", c.Source.From)
+			return c, nil
+		},
 		Require:     g.cri.require,
 		PullTimeout: g.cri.pullTimeout,
 	}
