@@ -63,11 +63,11 @@ func (g *globals) engineImages() engine.Images {
 func newImagesCmd(g *globals) *cobra.Command {
 	var to string
 	cmd := &cobra.Command{
-		Use:   "images (list | pull) --to RELEASE",
-		Short: "List, or pull through the container runtime, every image the node runs at RELEASE",
-		Long: `images list prints every image the node runs once upgraded to RELEASE: the
-image of each component's manifest as the persisted node state with the
-release renders it, one per line in roster order (with --output json, one
+		Use:   "images (list | pull) --to VERSION|RELEASE",
+		Short: "List, or pull through the container runtime, every image the node runs at a version or release",
+		Long: `images list prints every image the node runs once upgraded to VERSION (as
+'run --to VERSION' moves it) or RELEASE (a release file): the image of each
+component's manifest as the persisted node state with the target renders it, one per line in roster order (with --output json, one
 object with the images and the components that run each). images pull pulls
 each one that is not present through the container runtime (the one kubelet
 uses, or --cri-socket), with a line per image; any image that cannot be pulled
@@ -85,7 +85,7 @@ node can reach (docs/operations.md, "Images").`,
 		},
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			if to == "" {
-				return cmdLineErrorf("images %s: --to RELEASE is required: the release file", args[0])
+				return cmdLineErrorf("images %s: --to VERSION|RELEASE is required: the Kubernetes version or the release file", args[0])
 			}
 			need, version, err := g.targetImages(to)
 			if err != nil {
@@ -97,17 +97,22 @@ node can reach (docs/operations.md, "Images").`,
 			return g.pullImages(version, need)
 		}),
 	}
-	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	g.criFlags(cmd, true, false) // images pull always needs a runtime
 	return cmd
 }
 
-// targetImages is every image of the node at the release file path, and
-// the release's Kubernetes version.
-func (g *globals) targetImages(path string) ([]engine.NeededImage, string, error) {
-	rel, _, err := loadRelease(path)
-	if err != nil {
-		return nil, "", err
+// targetImages is every image of the node at to, a Kubernetes version
+// (as run --to VERSION moves the node: releaseForVersion) or a release
+// file, and the target's Kubernetes version.
+func (g *globals) targetImages(to string) ([]engine.NeededImage, string, error) {
+	var rel *engine.Release
+	if !byVersion(to) {
+		r, _, err := loadRelease(to)
+		if err != nil {
+			return nil, "", err
+		}
+		rel = r
 	}
 	j, err := g.openJournal(true)
 	if err != nil {
@@ -118,11 +123,16 @@ func (g *globals) targetImages(path string) ([]engine.NeededImage, string, error
 	if err != nil {
 		return nil, "", err
 	}
-	to, err := rel.Apply(st)
-	if err != nil {
-		return nil, "", usagef("release %s: %w", path, err)
+	if rel == nil {
+		if rel, _, err = releaseForVersion(st, to); err != nil {
+			return nil, "", err
+		}
 	}
-	need, err := engine.TargetImages(to)
+	target, err := rel.Apply(st)
+	if err != nil {
+		return nil, "", usagef("release %s: %w", to, err)
+	}
+	need, err := engine.TargetImages(target)
 	return need, rel.KubernetesVersion, err
 }
 

@@ -121,4 +121,24 @@ func TestImagesListRelease(t *testing.T) {
 	if strings.Count(want.String(), "\n") != 4 {
 		t.Fatalf("the default node runs 4 components, the list has:\n%s", want.String())
 	}
+
+	// By version, as run --to v1.34.5 moves the node: every Kubernetes
+	// component to v1.34.5 in its repository, etcd as kubeadm pairs it.
+	stdout.Reset()
+	code = Main([]string{"images", "list", "--to", "v1.34.5", "--manifest-dir", n.manifests, "--state-dir", n.states, "--proc-scope", "self"}, &stdout, &stderr)
+	got := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if code != ExitOK || len(got) != 4 {
+		t.Fatalf("images list --to v1.34.5: exit %d\n%s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	for i, comp := range manifest.NamesFor(node) {
+		if comp == nodestate.Etcd {
+			if !strings.HasPrefix(got[i], "registry.k8s.io/etcd:") {
+				t.Errorf("etcd's image at v1.34.5: %s", got[i])
+			}
+			continue
+		}
+		if want := "registry.k8s.io/" + comp + ":v1.34.5"; got[i] != want {
+			t.Errorf("%s's image at v1.34.5: %s, want %s", comp, got[i], want)
+		}
+	}
 }
