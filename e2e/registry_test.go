@@ -62,7 +62,13 @@ func TestRegistryImages(t *testing.T) {
 		}
 	}}
 	release := func(n *node, name string, tags map[string]string) string {
-		r := engine.Release{APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: "v1.34.5", Images: map[string]string{}}
+		// The release's version is kube-apiserver's, as the release check
+		// wants it.
+		version := "v1.34.5"
+		if t, ok := tags[nodestate.KubeAPIServer]; ok {
+			version = t
+		}
+		r := engine.Release{APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: version, Images: map[string]string{}}
 		for _, comp := range StandinComponents {
 			tag := "v1.34.5"
 			if t, ok := tags[comp]; ok {
