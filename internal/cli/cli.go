@@ -348,7 +348,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: ran(func(cmd *cobra.Command, args []string) error {
-			return g.setup()
+			return g.setup(cmd)
 		}),
 	}
 	cobra.EnableCommandSorting = false // workflow order, as added below

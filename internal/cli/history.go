@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-
 )
 
 func newHistoryCmd(g *globals) *cobra.Command {
