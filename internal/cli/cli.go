@@ -328,6 +328,17 @@ func ran(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 	}
 }
 
+// Root is the command tree with every flag and help text, writing to
+// stdout and stderr, for what is generated from it: the man pages and the
+// shell completion scripts of make dist.
+func Root(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
+	root := newRoot(g)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root
+}
+
 func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "stratum-upgrade",
