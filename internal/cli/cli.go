@@ -204,7 +204,6 @@ type globals struct {
 func (g *globals) journalPath() string  { return filepath.Join(g.stateDir, JournalFile) }
 func (g *globals) progressPath() string { return filepath.Join(g.stateDir, ProgressFile) }
 func (g *globals) snapshotRoot() string { return filepath.Join(g.stateDir, SnapshotsDir) }
-func (g *globals) json() bool           { return g.output == "json" }
 
 // cmdline is the command line an operator runs to do args ("resume",
 // "init --state FILE") on this node: "stratum-upgrade ARGS", followed by

@@ -45,7 +45,7 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
 	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json (one JSON object per line)")
+	f.StringVarP(&g.output, "output", "o", "text", "output format: text, json (one JSON object per line) or yaml (one YAML document per object)")
 	f.StringVar(&g.metricsFile, "metrics-file", "", "after the transaction, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
 	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
 	_ = f.MarkHidden("proc-scope")
@@ -63,10 +63,8 @@ func (g *globals) setup(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	switch g.output {
-	case "text", "json":
-	default:
-		return cmdLineErrorf("--output %q: must be text or json%s", g.output, g.from("output"))
+	if !slices.Contains(outputFormats, g.output) {
+		return cmdLineErrorf("--output %q: must be text, json or yaml%s", g.output, g.from("output"))
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {

@@ -68,7 +68,7 @@ func (g *globals) forgetNode(ctx context.Context, c *cluster.Coordinator, node, 
 		return err
 	}
 	if g.json() {
-		return writeJSON(g.stdout, forgetOut(node, res))
+		return g.write(forgetOut(node, res))
 	}
 	g.printForget(node, res)
 	return nil

@@ -75,7 +75,7 @@ func (g *globals) history(limit int) error {
 	}
 	rep.NoJournal = !ok
 	if g.json() {
-		return writeJSON(g.stdout, rep)
+		return g.write(rep)
 	}
 	switch {
 	case rep.NoJournal:

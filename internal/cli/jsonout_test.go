@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -126,11 +127,14 @@ type jsonNode struct {
 	dir, manifests, states string
 	schemas                map[string]*jsonschema.Schema
 	seen                   map[string]bool // schemas a line was checked against
+	// output is --output: json, or yaml, whose documents are checked
+	// against the same schemas once converted to JSON.
+	output string
 }
 
 func newJSONNode(t *testing.T) *jsonNode {
 	dir := t.TempDir()
-	n := &jsonNode{t: t, dir: dir, manifests: filepath.Join(dir, "manifests"), states: filepath.Join(dir, "state"), schemas: loadSchemas(t), seen: map[string]bool{}}
+	n := &jsonNode{t: t, dir: dir, manifests: filepath.Join(dir, "manifests"), states: filepath.Join(dir, "state"), schemas: loadSchemas(t), seen: map[string]bool{}, output: "json"}
 	b, err := os.ReadFile("../../testdata/states/default-vip.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +162,7 @@ func (n *jsonNode) path(name string) string { return filepath.Join(n.dir, name) 
 // every other one valid against schema.
 func (n *jsonNode) su(want int, schema string, args ...string) []map[string]any {
 	n.t.Helper()
-	argv := append([]string{"--manifest-dir", n.manifests, "--state-dir", n.states, "--proc-scope", "self", "--lock-timeout", "200ms", "--output", "json"}, args...)
+	argv := append([]string{"--manifest-dir", n.manifests, "--state-dir", n.states, "--proc-scope", "self", "--lock-timeout", "200ms", "--output", n.output}, args...)
 	// A child process each: a command holds the manifest directory's lock
 	// until its process exits.
 	cmd := exec.Command(os.Args[0], argv...)
@@ -184,6 +188,9 @@ func (n *jsonNode) su(want int, schema string, args ...string) []map[string]any 
 	}
 	var objs []map[string]any
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if n.output == "yaml" {
+		lines = yamlDocs(n.t, what, text)
+	}
 	for i, line := range lines {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(line), &obj); err != nil {
@@ -203,6 +210,24 @@ func (n *jsonNode) su(want int, schema string, args ...string) []map[string]any 
 		n.t.Errorf("%s: exit 0 with an error line", what)
 	}
 	return objs
+}
+
+// yamlDocs is each document of a --output yaml stream as one line of JSON:
+// every document starts with "---".
+func yamlDocs(t *testing.T, what, text string) []string {
+	t.Helper()
+	if !strings.HasPrefix(text, "---\n") {
+		t.Fatalf("%s: YAML output does not start with ---:\n%s", what, text)
+	}
+	var out []string
+	for _, doc := range strings.Split(strings.TrimPrefix(text, "---\n"), "\n---\n") {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: a document is not YAML (%v):\n%s", what, err, doc)
+		}
+		out = append(out, string(j))
+	}
+	return out
 }
 
 func (n *jsonNode) validate(what, schema, line string) {
@@ -341,5 +366,27 @@ func TestJSONOutputSchemas(t *testing.T) {
 	// forget-node.json by TestForgetNodeCommand (against a real etcd).
 	if len(n.seen)+3 != len(n.schemas) {
 		t.Errorf("%d schemas in %s, %d used: a schema without a test", len(n.schemas), schemaDir, len(n.seen))
+	}
+}
+
+// TestYAMLOutput: -o yaml wherever -o json exists: the same objects as
+// YAML documents, each valid against the JSON schema, errors included.
+func TestYAMLOutput(t *testing.T) {
+	n := newJSONNode(t)
+	n.output = "yaml"
+	n.su(ExitOK, "version.json", "version")
+	n.su(ExitOK, "status.json", "status")
+	n.su(ExitUsage, "", "frobnicate")
+	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
+	if err := cluster.SaveMembers(filepath.Join(n.states, cluster.MembersFile), cluster.Members{Count: 1, At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	n.su(ExitOK, "write.json", "render")
+	n.su(ExitOK, "history.json", "history")
+	n.su(ExitOK, "audit.json", "audit")
+	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "prepare.json", "resume", "--prepare")
+	if objs := n.su(ExitRollbackFailed, "run.json", "run", "--to", n.path("sched.yaml"), "--replace-timeout", "300ms", "--active-timeout", "300ms", "--soak", "100ms"); len(objs) < 4 {
+		t.Errorf("run: %d documents, want events, the result and the error", len(objs))
 	}
 }

@@ -222,7 +222,7 @@ func (g *globals) showPlan(in planInput) error {
 	plan, err := in.plan(store, st)
 	if errors.Is(err, engine.ErrNothingToDo) {
 		if g.json() {
-			return writeJSON(g.stdout, planReport{From: st.KubernetesVersion, To: in.version, Nothing: true, Message: err.Error(), Changes: []planChange{}})
+			return g.write(planReport{From: st.KubernetesVersion, To: in.version, Nothing: true, Message: err.Error(), Changes: []planChange{}})
 		}
 		fmt.Fprintln(g.stdout, err)
 		return nil
@@ -246,7 +246,7 @@ func (g *globals) showPlan(in planInput) error {
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
 	if g.json() {
-		return writeJSON(g.stdout, rep)
+		return g.write(rep)
 	}
 	w := g.stdout
 	for _, l := range planHeader(plan, in.stateFile) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -352,7 +351,7 @@ type writeReport struct {
 
 func (g *globals) printWrite(msg string, store *manifest.Store, res manifest.WriteResult) error {
 	if g.json() {
-		return writeJSON(g.stdout, writeReport{
+		return g.write(writeReport{
 			Message: msg, ManifestDir: store.Dir(),
 			Written: nonNil(res.Written), Unchanged: nonNil(res.Unchanged), Removed: nonNil(res.Removed),
 			Derived: nonNil(res.Derived), Swept: nonNil(res.Swept), Strays: nonNil(res.Strays),
@@ -398,14 +397,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-// writeJSON writes v as one line of JSON.
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
 }

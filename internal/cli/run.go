@@ -182,7 +182,7 @@ func (g *globals) noOpenTxn() error {
 // nothing reports that a command had nothing to do (exit 0).
 func (g *globals) nothing(command, msg string) error {
 	if g.json() {
-		return writeJSON(g.stdout, finalLine{Result: engine.Result{Outcome: engine.Nothing, Reason: msg}, Outcome: string(engine.Nothing), ExitCode: ExitOK})
+		return g.write(finalLine{Result: engine.Result{Outcome: engine.Nothing, Reason: msg}, Outcome: string(engine.Nothing), ExitCode: ExitOK})
 	}
 	fmt.Fprintln(g.stdout, msg)
 	return nil
@@ -315,7 +315,7 @@ func (r *reporter) event(ev engine.Event) {
 	r.txn = ev.Txn
 	r.writeProgress(&ev, "", "")
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, eventOut(ev))
+		_ = r.g.write(eventOut(ev))
 		return
 	}
 	fmt.Fprintln(r.g.stdout, r.line(ev))
@@ -379,7 +379,7 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 		code = ExitOK
 	}
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: r.g.errString(err)})
+		_ = r.g.write(finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: r.g.errString(err)})
 		return
 	}
 	elapsed := fmt.Sprintf("%.1fs", time.Since(r.start).Seconds())
@@ -480,7 +480,7 @@ func (g *globals) prepare() error {
 		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `%s` continues it once kubelet runs", open.ID, open.Kind, open.Phase, g.cmdline("resume"))}, lines...)
 	}
 	if g.json() {
-		return writeJSON(g.stdout, out)
+		return g.write(out)
 	}
 	for _, l := range lines {
 		fmt.Fprintln(g.stdout, l)

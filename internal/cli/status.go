@@ -49,7 +49,7 @@ transaction and its phase.`,
 				return err
 			}
 			if g.json() {
-				return writeJSON(g.stdout, rep)
+				return g.write(rep)
 			}
 			rep.print(g.stdout, g.cmdline)
 			return nil

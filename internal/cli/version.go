@@ -61,7 +61,7 @@ func newVersionCmd(g *globals) *cobra.Command {
 			info, _ := debug.ReadBuildInfo()
 			v := buildVersion(Version, info)
 			if g.json() {
-				return writeJSON(g.stdout, v)
+				return g.write(v)
 			}
 			fmt.Fprintf(g.stdout, "stratum-upgrade %s\n", v.Version)
 			if v.Commit != nil {
