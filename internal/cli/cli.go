@@ -368,6 +368,12 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	for _, name := range globalFlags {
 		root.PersistentFlags().AddFlag(g.flags.Lookup(name))
 	}
+	// --help is known to the root before the command is looked up, so that
+	// "--help -o json" reads -o's value as a value, not as a command.
+	root.InitDefaultHelpFlag()
+	// Before the completion command is made: it keeps the writer it sees.
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
 		newRollbackCmd(g), newStatusCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
