@@ -27,7 +27,6 @@ func (g *globals) completions(root *cobra.Command) {
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	find(root, "history").ValidArgsFunction = g.completeTxnIDs
 
-	root.InitDefaultHelpCmd() // first, as cobra would: help before completion in the root help
 	root.InitDefaultCompletionCmd()
 	comp := find(root, "completion")
 	comp.Args = cobra.ArbitraryArgs
