@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,6 +264,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitUsage, "", "plan")
 	n.su(ExitError, "", "render")
 
+	n.su(ExitOK, "dry-run.json", "init", "--dry-run", "--state", n.path("state.yaml"))
 	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
 	// No etcd runs here: the member count a healthy single-member etcd
 	// would have given is kept, as the engine keeps it.
@@ -274,6 +276,25 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "status.json", "status")
 	n.su(ExitOK, "history.json", "history")
 	n.su(ExitOK, "audit.json", "audit")
+	// Dry runs: the plan of each writing command, nothing written (the
+	// history below has the one run's transaction only).
+	before := dirFiles(t, n.manifests)
+	if objs := n.su(ExitOK, "dry-run.json", "render", "--dry-run"); objs[0]["nothingToDo"] != true {
+		t.Errorf("render --dry-run of a rendered node: %v", objs[0])
+	}
+	if objs := n.su(ExitOK, "dry-run.json", "restart", "--dry-run", "kube-scheduler"); len(objs[0]["changes"].([]any)) != 1 {
+		t.Errorf("restart --dry-run kube-scheduler: %v", objs[0])
+	}
+	n.su(ExitOK, "dry-run.json", "restart", "--dry-run", "--changed")
+	if objs := n.su(ExitOK, "dry-run.json", "stop", "--dry-run", "kube-scheduler"); objs[0]["changes"].([]any)[0].(map[string]any)["removed"] != true {
+		t.Errorf("stop --dry-run kube-scheduler: %v", objs[0])
+	}
+	n.su(ExitOK, "dry-run.json", "start", "--dry-run", "--all")
+	n.su(ExitOK, "plan.json", "run", "--dry-run", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "plan.json", "apply", "--dry-run", "--state", n.path("state.yaml"))
+	if after := dirFiles(t, n.manifests); !maps.Equal(before, after) {
+		t.Errorf("a dry run changed the manifest directory")
+	}
 	n.su(ExitUsage, "", "audit", "kube-proxy")
 	if err := os.Remove(filepath.Join(n.manifests, "kube-vip.yaml")); err != nil {
 		t.Fatal(err)
@@ -356,7 +377,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 		t.Errorf("init --from-kubeadm without --yes made the state directory: %v", err)
 	}
 
-	for _, s := range []string{"adopt.json", "audit.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
+	for _, s := range []string{"adopt.json", "audit.json", "dry-run.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
 		if !n.seen[s] {
 			t.Errorf("no output was checked against %s", s)
 		}
@@ -389,4 +410,22 @@ func TestYAMLOutput(t *testing.T) {
 	if objs := n.su(ExitRollbackFailed, "run.json", "run", "--to", n.path("sched.yaml"), "--replace-timeout", "300ms", "--active-timeout", "300ms", "--soak", "100ms"); len(objs) < 4 {
 		t.Errorf("run: %d documents, want events, the result and the error", len(objs))
 	}
+}
+
+// dirFiles is every file of dir with its content.
+func dirFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
 }

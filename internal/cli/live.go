@@ -10,10 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
-
-	udiff "github.com/aymanbagabas/go-udiff"
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -193,16 +190,18 @@ func (g *globals) dryRun(command string, st *nodestate.NodeState) error {
 	return g.printDryRun(command, store.Dir(), st, rp)
 }
 
-// printDryRun prints rp for dryRun.
+// printDryRun prints rp for dryRun: notes says what it would write and
+// how, dir's diffs what would change.
 func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeState, rp *renderPlan) error {
-	w := g.stdout
+	rep := &dryRunReport{Command: command}
 	if rp.noTxn != nil {
-		fmt.Fprintf(w, "%s --dry-run: %v; so every manifest would be written at once\n", command, rp.noTxn)
-		return nil
+		rep.note("%v; so every manifest would be written at once", rp.noTxn)
+		return g.printDryRunReport(rep)
 	}
 	if rp.plan == nil && len(rp.removes) == 0 {
-		fmt.Fprintf(w, "%s --dry-run: nothing would change: every manifest in %s is the render of the node state (%s, %s)\n", command, dir, st.NodeName, st.KubernetesVersion)
-		return nil
+		rep.Nothing = true
+		rep.note("nothing would change: every manifest in %s is the render of the node state (%s, %s)", dir, st.NodeName, st.KubernetesVersion)
+		return g.printDryRunReport(rep)
 	}
 	if rp.plan != nil {
 		how := "all at once (no component of them runs)"
@@ -211,26 +210,19 @@ func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeStat
 		}
 		if len(rp.live) > 0 {
 			how = fmt.Sprintf("as one transaction, one component at a time with the waits (%s running)", list(rp.live))
+			rep.Transaction = true
 		}
-		fmt.Fprintf(w, "%s --dry-run: would write %s %s\n", command, list(rp.plan.Changed()), how)
+		rep.note("would write %s %s", list(rp.plan.Changed()), how)
 		if len(rp.quiet) > 0 {
-			fmt.Fprintf(w, "%s --dry-run: %s: kubelet sees the same pod in the render (only how it is written differs), so it is written at once and nothing restarts\n", command, list(rp.quiet))
+			rep.note("%s: kubelet sees the same pod in the render (only how it is written differs), so it is written at once and nothing restarts", list(rp.quiet))
 		}
 	}
 	if len(rp.removes) > 0 {
-		fmt.Fprintf(w, "%s --dry-run: would remove %s (not in the node's roster)\n", command, list(rp.removes))
+		rep.note("would remove %s (not in the node's roster)", list(rp.removes))
+		rep.Removes = rp.removes
 	}
-	if rp.plan == nil {
-		return nil
+	if rp.plan != nil {
+		rep.addChanges(dir, "render", rp.plan.Changes)
 	}
-	for _, c := range rp.plan.Changes {
-		path := filepath.Join(dir, c.Component+".yaml")
-		from := path + "\t(on disk)"
-		if c.Before == nil {
-			from = "/dev/null"
-		}
-		fmt.Fprintln(w)
-		fmt.Fprint(w, udiff.Unified(from, path+"\t(render)", string(c.Before), string(c.After)))
-	}
-	return nil
+	return g.printDryRunReport(rep)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -120,10 +121,16 @@ func (g *globals) initDryRun(stateFile string) error {
 		return err
 	}
 	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(g.stdout, "init --dry-run: node state %s is valid; the manifest directory %s does not exist: init would create it and write %s\n", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
-		return nil
+		rep := &dryRunReport{Command: "init"}
+		rep.note("node state %s is valid; the manifest directory %s does not exist: init would create it and write %s", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
+		for _, c := range manifest.NamesFor(st) {
+			rep.Changes = append(rep.Changes, dryRunChange{Component: c, Path: filepath.Join(g.manifestDir, c+".yaml"), New: true})
+		}
+		return g.printDryRunReport(rep)
 	}
-	fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
+	if !g.json() {
+		fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
+	}
 	return g.dryRun("init", st)
 }
 

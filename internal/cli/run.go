@@ -21,8 +21,9 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var to string
 	var ignore []string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "run --to RELEASE",
+		Use:   "run --to RELEASE [--dry-run]",
 		Short: "Upgrade the node to RELEASE as one journaled transaction",
 		Long: `run upgrades the node to RELEASE: snapshot the manifests (and etcd's data when
 etcd's image changes), write each changed manifest in roster order and wait for
@@ -54,6 +55,9 @@ warning; the journal records the checks a transaction was let through with.
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				return g.runPlan(to, opts) // plan --to RELEASE
+			}
 			return g.drive("run", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
 				st, err := nodeState(j)
 				if err != nil {
@@ -70,6 +74,7 @@ warning; the journal records the checks a transaction was let through with.
 	}
 	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
 	preflightFlag(cmd, &ignore)
+	dryRunFlag(cmd, &dryRun, "plan --to RELEASE: the pre-flight checks and what it would change")
 	return cmd
 }
 
