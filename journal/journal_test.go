@@ -201,6 +201,13 @@ func TestOpenRefuses(t *testing.T) {
 			want:  []string{fmt.Sprintf("schema version %d", currentVersion+1), fmt.Sprintf("version %d", currentVersion)},
 		},
 		{
+			name:  "empty read-only",
+			setup: func(t *testing.T, path string) { must(t, os.WriteFile(path, nil, 0o600)) },
+			opt:   Options{ReadOnly: true},
+			want:  []string{"is empty: 0 bytes", "no journal was ever written"},
+			is:    ErrEmpty,
+		},
+		{
 			name:  "missing read-only",
 			setup: func(t *testing.T, path string) {},
 			opt:   Options{ReadOnly: true},
