@@ -258,7 +258,7 @@ const (
 // Load reads, strictly decodes, defaults and validates the node state at
 // path. Every error names path and, where one is at fault, the field path.
 func Load(path string) (*NodeState, error) {
-	b, _, err := durable.ReadRegular(path)
+	b, err := durable.ReadInput(path) // bounded: 1 MiB
 	if err != nil {
 		return nil, fmt.Errorf("node state %s: %w", path, err)
 	}
