@@ -92,12 +92,14 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 // of the state the journal keeps.
 func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, opts engine.UpgradeOptions, carried bool, msg string) error {
 	if rp == nil || len(rp.live) == 0 {
-		if rp != nil && rp.noTxn != nil {
-			g.log.Warn("no transaction can make this render: every manifest is written at once", "err", rp.noTxn)
-		}
 		res, err := store.WriteAll(st)
 		if err != nil {
 			return err
+		}
+		if rp != nil && rp.noTxn != nil && len(res.Written)+len(res.Removed) > 0 {
+			// Said only when something was written: with nothing to write,
+			// "written at once" was a warning about nothing.
+			g.log.Warn("no transaction could make this render: the changed manifests were written at once", "written", res.Written, "removed", res.Removed, "err", rp.noTxn)
 		}
 		return g.printWrite(msg, store, res)
 	}
@@ -195,7 +197,7 @@ func (g *globals) dryRun(command string, st *nodestate.NodeState) error {
 func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeState, rp *renderPlan) error {
 	rep := &dryRunReport{Command: command}
 	if rp.noTxn != nil {
-		rep.note("%v; so every manifest would be written at once", rp.noTxn)
+		rep.note("%v; so what changes would be written at once, without a transaction", rp.noTxn)
 		return g.printDryRunReport(rep)
 	}
 	if rp.plan == nil && len(rp.removes) == 0 {
