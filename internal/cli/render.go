@@ -120,6 +120,9 @@ func (g *globals) initDryRun(stateFile string) error {
 	if err != nil {
 		return err
 	}
+	if err := st.CheckKubernetesVersion(); err != nil {
+		return fmt.Errorf("node state %s: %w", stateFile, err)
+	}
 	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
 		rep := &dryRunReport{Command: "init"}
 		rep.note("node state %s is valid; the manifest directory %s does not exist: init would create it and write %s", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
@@ -138,6 +141,9 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.U
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
+	}
+	if err := st.CheckKubernetesVersion(); err != nil {
+		return fmt.Errorf("node state %s: %w", stateFile, err)
 	}
 	return g.importState(st, stateFile, force, allAtOnce, opts)
 }
