@@ -308,7 +308,11 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "available.json", "plan")
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("same.yaml"))
-	n.su(ExitError, "", "plan", "--to", n.path("skip.yaml"))
+	// A refused plan still shows its diff, the failures first (issue 32):
+	// the plan line with failedChecks, then the error line.
+	if objs := n.su(ExitError, "plan.json", "plan", "--to", n.path("skip.yaml")); len(objs) != 2 || len(objs[0]["failedChecks"].([]any)) == 0 || len(objs[0]["changes"].([]any)) == 0 {
+		t.Errorf("a refused plan: %v", objs)
+	}
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("skip.yaml"), "--ignore-preflight-errors", "all")
 	n.su(ExitError, "run.json", "run", "--to", n.path("skip.yaml"))
 	n.su(ExitOK, "run.json", "run", "--to", n.path("same.yaml"))
