@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/ciq/stratum-upgrade/adopt"
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
@@ -164,7 +166,7 @@ func adoptOnTestBed(t *testing.T, fixture, version string) {
 		// kubeadm's configuration, moved as its manifests were, so the
 		// cross-check agrees.
 		cfg := filepath.Join(root, "kubeadm.yaml")
-		if err := os.WriteFile(cfg, []byte(move(string(b))), 0o600); err != nil {
+		if err := os.WriteFile(cfg, moveKubeadmConfig(t, move(string(b)), root, orig, ports), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		args = append(args, "--kubeadm-config="+cfg)
@@ -250,6 +252,54 @@ func moveKubeadm(root, advertise string, st *nodestate.NodeState, ports nodestat
 			return m
 		})
 	}
+}
+
+// moveKubeadmConfig is kubeadm's configuration cfg (already moved by
+// moveKubeadm) saying where the moved node runs: the cross-check compares
+// the manifests with the configuration after kubeadm's defaults, so a
+// field the fixture leaves to its default (certificatesDir /etc/kubernetes/pki,
+// etcd.local.dataDir /var/lib/etcd, localAPIEndpoint.bindPort 6443) is
+// set to the node's value, as an operator's file would say it.
+func moveKubeadmConfig(t *testing.T, cfg, root string, st *nodestate.NodeState, ports nodestate.Ports) []byte {
+	t.Helper()
+	var docs []string
+	for _, doc := range strings.Split(cfg, "\n---\n") {
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("kubeadm configuration: %v", err)
+		}
+		if len(m) == 0 {
+			continue // comments only
+		}
+		switch m["kind"] {
+		case "InitConfiguration":
+			ep, _ := m["localAPIEndpoint"].(map[string]any)
+			if ep == nil {
+				ep = map[string]any{}
+			}
+			ep["bindPort"] = ports.APIServer
+			m["localAPIEndpoint"] = ep
+		case "ClusterConfiguration":
+			m["certificatesDir"] = root + st.PKIDir
+			etcd, _ := m["etcd"].(map[string]any)
+			if etcd == nil {
+				etcd = map[string]any{}
+			}
+			local, _ := etcd["local"].(map[string]any)
+			if local == nil {
+				local = map[string]any{}
+			}
+			local["dataDir"] = root + st.Etcd.DataDir
+			etcd["local"] = local
+			m["etcd"] = etcd
+		}
+		b, err := yaml.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(b))
+	}
+	return []byte(strings.Join(docs, "---\n"))
 }
 
 // processes is every component's one process on the node, by component.
