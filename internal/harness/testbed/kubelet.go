@@ -30,7 +30,11 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 		}
 		return v.String()
 	}
+	if n.CgroupParent == "" && n.cmd == nil {
+		n.CgroupParent = n.makeCgroupParent()
+	}
 	args := []string{
+		"--cgroup-parent=" + n.CgroupParent,
 		"--manifest-dir=" + n.ManifestDir,
 		"--root-dir=" + n.KubeletDir,
 		"--node-name=" + n.State.NodeName,

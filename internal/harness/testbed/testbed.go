@@ -132,6 +132,10 @@ type Node struct {
 	// Scanner sees only the stand-in and its descendants: every
 	// component, and no other test's.
 	Scanner *proc.Scanner
+	// CgroupParent is the cgroup v2 directory the stand-in makes its pod
+	// cgroups in (kubepods/<qos>/pod<UID>/<container>), "" when the
+	// machine lets the test make none (see makeCgroupParent).
+	CgroupParent string
 
 	log      *slog.Logger
 	cmd      *exec.Cmd
