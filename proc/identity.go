@@ -41,6 +41,18 @@ const (
 	APIPod
 )
 
+func (p Placement) String() string {
+	switch p {
+	case Outside:
+		return "outside every pod cgroup"
+	case StaticPod:
+		return "in a static pod's cgroup"
+	case APIPod:
+		return "in an API pod's cgroup"
+	}
+	return "unknown (cgroup file unreadable)"
+}
+
 // Identify splits the processes of t.Binary (PIDs) into t's and foreign
 // ones. The rule (docs/architecture.md, "Process identity"):
 //
