@@ -192,7 +192,9 @@ func TestHandEditsAreNamed(t *testing.T) {
 	}
 
 	dir, cfg = copyFixture(t, "v1.37.2", "defaults")
-	edit(t, filepath.Join(dir, "kube-scheduler.yaml"), "    name: kube-scheduler\n", "    name: kube-scheduler\n    env:\n    - name: GODEBUG\n      value: x509sha1=1\n")
+	// An argument that is no --flag: no extra arg holds it, and a patch
+	// may not change the command line.
+	edit(t, filepath.Join(dir, "kube-scheduler.yaml"), "    - kube-scheduler\n", "    - kube-scheduler\n    - -v=4\n")
 	// A flag added by hand is an extra arg: no restart.
 	edit(t, filepath.Join(dir, "kube-controller-manager.yaml"), "    - --use-service-account-credentials=true\n", "    - --use-service-account-credentials=true\n    - --v=2\n")
 	src, err = ReadKubeadm(dir, cfg)
@@ -207,8 +209,11 @@ func TestHandEditsAreNamed(t *testing.T) {
 		t.Fatalf("Restarts = %v, want kube-scheduler alone", got)
 	}
 	why := strings.Join(p.Components[3].Why, "; ")
-	if !strings.Contains(why, "spec.containers[kube-scheduler].env") {
-		t.Errorf("why = %q, want the env named", why)
+	if !strings.Contains(why, "-v=4") {
+		t.Errorf("why = %q, want the argument named", why)
+	}
+	if p.State.Patches != nil {
+		t.Errorf("a patch was kept for an unexpressible difference: %+v", p.State.Patches)
 	}
 	if !slices.Equal(p.State.ExtraArgs[nodestate.ControllerManager]["v"], nodestate.ArgValues{"2"}) {
 		t.Errorf("extra args %v, want the hand-added --v=2", p.State.ExtraArgs)
@@ -237,5 +242,42 @@ func TestConfigDisagreementIsANote(t *testing.T) {
 	os.WriteFile(other, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"), 0o600)
 	if _, err := ReadKubeadmConfig(other); err == nil || !strings.Contains(err.Error(), "no kubeadm.k8s.io document") {
 		t.Errorf("a file without kubeadm's documents: %v", err)
+	}
+}
+
+// kubeadm's defaults are applied before the cross-check: a field the
+// configuration omits is compared as kubeadm filled it in; bindPort and
+// dnsDomain are compared too. kubeadm's own defaults fixture gives no note.
+func TestConfigDefaultsCrossChecked(t *testing.T) {
+	notes := func(version, config string, edits ...string) []string {
+		t.Helper()
+		dir, cfg := copyFixture(t, version, config)
+		for i := 0; i+1 < len(edits); i += 2 {
+			edit(t, cfg, edits[i], edits[i+1])
+		}
+		src, err := ReadKubeadm(dir, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Check(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Notes
+	}
+	if n := notes("v1.37.2", "defaults"); len(n) != 0 {
+		t.Errorf("kubeadm's defaults: notes %v", n)
+	}
+	for _, tc := range []struct{ old, new, field, says string }{
+		{"  serviceSubnet: 10.112.0.0/16\n", "", "networking.serviceSubnet", "10.96.0.0/12, the manifests run 10.112.0.0/16"},
+		{"  bindPort: 8443\n", "", "localAPIEndpoint.bindPort", "6443, the manifests run 8443"},
+		{"dnsDomain: k8s.internal", "dnsDomain: cluster.example", "networking.dnsDomain", "cluster.example, the manifests run k8s.internal"},
+		{"  dnsDomain: k8s.internal\n", "", "networking.dnsDomain", "cluster.local, the manifests run k8s.internal"},
+		{"    dataDir: /srv/etcd/data\n", "", "etcd.local.dataDir", "/var/lib/etcd, the manifests run /srv/etcd/data"},
+	} {
+		n := notes("v1.37.2", "custom-paths", tc.old, tc.new)
+		if len(n) != 1 || !strings.HasPrefix(n[0], tc.field+": ") || !strings.Contains(n[0], "says "+tc.field+" "+tc.says) {
+			t.Errorf("custom-paths with %q -> %q: notes %v, want one: %s ... %s", tc.old, tc.new, n, tc.field, tc.says)
+		}
 	}
 }
