@@ -255,6 +255,9 @@ func bootNode(ctx context.Context, opts Options, m *member) (*Node, error) {
 		return nil, err
 	}
 	if err := n.startKubelet(bins.kubelet, opts); err != nil {
+		// No Node, so no Stop: the cgroup parent goes now (best effort:
+		// a stand-in that started pods and then failed keeps it busy).
+		_ = n.clearCgroups(true)
 		return nil, err
 	}
 	n.Scanner = proc.Host().Within(n.KubeletPID)
