@@ -12,7 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 )
@@ -35,12 +38,35 @@ func (n *Node) makeCgroupParent() string {
 		n.log.Info("testbed: no pod cgroups (no cgroup v2 hierarchy)")
 		return ""
 	}
+	sweepDeadParents(m)
 	dir := filepath.Join(m, "stratum-testbed-"+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(cgroupParents.Add(1), 10))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		n.log.Info("testbed: no pod cgroups", "err", err)
 		return ""
 	}
 	return dir
+}
+
+// sweepDeadParents removes the cgroup parents of test processes that are
+// gone (a SIGKILLed test binary runs no teardown), best effort: a parent
+// whose process is alive, or that still holds a process, stays.
+func sweepDeadParents(mount string) {
+	ents, err := os.ReadDir(mount)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "stratum-testbed-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		_ = removeTree(filepath.Join(mount, e.Name()), true)
+	}
 }
 
 // clearCgroups removes every cgroup under the node's parent, deepest
@@ -51,12 +77,18 @@ func (n *Node) clearCgroups(alsoParent bool) error {
 	if n.CgroupParent == "" {
 		return nil
 	}
+	return removeTree(n.CgroupParent, alsoParent)
+}
+
+// removeTree removes the cgroups under root, deepest first, and root too
+// when alsoRoot.
+func removeTree(root string, alsoRoot bool) error {
 	var dirs []string
-	err := filepath.WalkDir(n.CgroupParent, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (alsoParent || p != n.CgroupParent) {
+		if d.IsDir() && (alsoRoot || p != root) {
 			dirs = append(dirs, p)
 		}
 		return nil
