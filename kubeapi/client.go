@@ -8,6 +8,7 @@
 package kubeapi
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -49,8 +50,13 @@ func Connect(path string) (kubernetes.Interface, error) {
 
 // transient says whether err may go away by itself: the server did not
 // answer (down, restarting: a transaction replaces it), or answered that
-// it is overloaded or failing. Any other answer is final.
+// it is overloaded or failing. Any other answer is final, and so is a
+// server whose certificate the kubeconfig's CA does not verify.
 func transient(err error) bool {
+	var cert *tls.CertificateVerificationError
+	if errors.As(err, &cert) || errors.Is(err, ErrNoNode) {
+		return false
+	}
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
 		return true

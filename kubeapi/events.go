@@ -75,6 +75,9 @@ type Poster struct {
 	dropped int
 	last    error
 	node    *corev1.Node
+	// off is why nothing more is sent: the Node cannot be found, or the
+	// API server refused this client (its certificate, its credentials).
+	off error
 
 	wake    chan struct{}
 	closing chan struct{}
@@ -114,7 +117,11 @@ func (p *Poster) Annotate(o Outcome) {
 
 func (p *Poster) push(f func(context.Context, *corev1.Node) error) {
 	p.mu.Lock()
-	p.queue = append(p.queue, f)
+	if p.off != nil {
+		p.dropped++
+	} else {
+		p.queue = append(p.queue, f)
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -170,14 +177,18 @@ func (p *Poster) work() {
 		switch {
 		case err == nil:
 			p.queue, p.posted, backoff = p.queue[1:], p.posted+1, 200*time.Millisecond
-		case !transient(err) || errors.Is(err, ErrNoNode):
+		case p.off != nil:
+			// Told once, by Close: nothing queued or to come is sent.
+			p.dropped, p.queue, p.last = p.dropped+len(p.queue), nil, err
+		case !transient(err):
 			p.queue, p.dropped, p.last = p.queue[1:], p.dropped+1, err
 			p.log.Warn("the API server refused an Event or annotation of this node; the transaction is unaffected", "err", err)
 		default:
 			p.last = err
 		}
+		retry := err != nil && p.off == nil && transient(err)
 		p.mu.Unlock()
-		if err == nil || !transient(err) || errors.Is(err, ErrNoNode) {
+		if !retry {
 			continue
 		}
 		select {
@@ -203,6 +214,11 @@ func (p *Poster) send(f func(context.Context, *corev1.Node) error) error {
 	if p.node == nil {
 		node, err := FindNode(ctx, p.cs, p.ref)
 		if err != nil {
+			if !transient(err) {
+				p.mu.Lock()
+				p.off = err
+				p.mu.Unlock()
+			}
 			return err
 		}
 		p.node = node

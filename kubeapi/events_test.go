@@ -1,9 +1,12 @@
 package kubeapi
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -94,5 +97,22 @@ func TestPosterWithoutNode(t *testing.T) {
 	t0 := time.Now()
 	if err := p.Close(10 * time.Second); !errors.Is(err, ErrNoNode) || time.Since(t0) > 2*time.Second {
 		t.Fatalf("Close: %v after %s, want ErrNoNode at once", err, time.Since(t0))
+	}
+}
+
+// TestPosterGivesUpOnAWrongCertificate: an API server whose certificate
+// the kubeconfig's CA does not verify will not verify later either: the
+// Poster stops at once instead of retrying until Close.
+func TestPosterGivesUpOnAWrongCertificate(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	p := NewPoster(clientOf(t, srv.URL, false), NodeRef{Name: "cp-1"}, quiet)
+	p.Post(Notice{Time: time.Now(), Txn: "t1", Reason: "R", Message: "m"})
+	time.Sleep(200 * time.Millisecond) // the first try fails
+	p.Annotate(Outcome{Txn: "t1", Outcome: "committed"})
+	t0 := time.Now()
+	var cert *tls.CertificateVerificationError
+	if err := p.Close(10 * time.Second); !errors.As(err, &cert) || !strings.Contains(err.Error(), "2 of 2") || time.Since(t0) > 2*time.Second {
+		t.Fatalf("Close: %v after %s, want the certificate error for 2 of 2 at once", err, time.Since(t0))
 	}
 }

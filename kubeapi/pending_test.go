@@ -26,9 +26,16 @@ func downAPI(t *testing.T) kubernetes.Interface {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	return clientOf(t, "https://"+addr, true)
+}
+
+// clientOf is a client of the API server at url, through a kubeconfig that
+// trusts the system's CAs, or any certificate with insecure.
+func clientOf(t *testing.T, url string, insecure bool) kubernetes.Interface {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "admin.conf")
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://" + addr, InsecureSkipTLSVerify: true}
+	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: url, InsecureSkipTLSVerify: insecure}
 	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "x"}
 	cfg.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	cfg.CurrentContext = "c"
