@@ -147,7 +147,7 @@ func (p *Poster) Close(wait time.Duration) error {
 	if lost == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d of %d Events or annotations not posted on Node %s within %s: %w", lost, lost+p.posted, p.ref.Name, wait, p.last)
+	return fmt.Errorf("%d of %d Events or annotations not posted on Node %s: %w", lost, lost+p.posted, p.ref.Name, p.last)
 }
 
 // work posts the queue's head until it is posted or refused, retrying
