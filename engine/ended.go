@@ -17,8 +17,9 @@ type End struct {
 	// knows: the transaction's after a commit, its before after a rollback
 	// (rolled back or failed to).
 	State *nodestate.NodeState
-	// Target is the node state the transaction went to.
-	Target *nodestate.NodeState
+	// From and Target are the node states the transaction went from and
+	// to.
+	From, Target *nodestate.NodeState
 }
 
 // ended tells Config.Ended, if set, that r's transaction ended with o. The
@@ -31,5 +32,5 @@ func (e *Engine) ended(r *run, o Outcome, reason string) {
 	if o == Committed {
 		now = r.to
 	}
-	e.onEnd(End{Txn: r.txn.ID, Kind: r.txn.Kind, Outcome: o, Reason: reason, State: now, Target: r.to})
+	e.onEnd(End{Txn: r.txn.ID, Kind: r.txn.Kind, Outcome: o, Reason: reason, State: now, From: r.from, Target: r.to})
 }

@@ -46,6 +46,9 @@ func TestEndedHook(t *testing.T) {
 			if end.Target == nil || end.Target.KubernetesVersion != "v1.34.5" {
 				t.Errorf("End.Target %+v, want the release's v1.34.5", end.Target)
 			}
+			if end.From == nil || end.From.KubernetesVersion != n.st.KubernetesVersion {
+				t.Errorf("End.From %+v, want the node's %s", end.From, n.st.KubernetesVersion)
+			}
 			want := n.st.KubernetesVersion
 			if c.runsNew {
 				want = "v1.34.5"

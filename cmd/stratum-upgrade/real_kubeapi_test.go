@@ -84,8 +84,12 @@ func TestRealKubeAPI(t *testing.T) {
 	slow := []string{"--replace-timeout=60s", "--active-timeout=90s"}
 
 	// 1. An upgrade commits: its Events, the annotations, kubeadm-config.
+	// etcd stays (rollback --last below cannot move it down a minor);
+	// kubeadm-config then pins it, where kubeadm of the new version would
+	// otherwise pick its own.
+	etcd := realEtcdOf[from]
 	rel := filepath.Join(n.Root, "release-"+to+".yaml")
-	doc := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: " + to + "\nimages:\n  etcd: " + realEtcdOf[to] + "\n"
+	doc := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: " + to + "\nimages:\n"
 	for _, comp := range kubebuild.Components {
 		doc += "  " + comp + ": " + testbed.Repos[comp] + ":" + to + "\n"
 	}
@@ -95,20 +99,20 @@ func TestRealKubeAPI(t *testing.T) {
 	c.want(cli.ExitOK, append([]string{"run", "--to=" + rel}, slow...)...)
 	txn1 := lastTxn(t, c)
 	want := []string{"TransactionBegan"}
-	for _, comp := range []string{nodestate.Etcd, nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+	for _, comp := range kubebuild.Components {
 		want = append(want, "ComponentReplaced:"+comp)
 	}
 	want = append(want, "TransactionCommitted")
 	checkEvents(t, cs, n.State.NodeName, txn1, want)
 	checkAnnotations(t, cs, n.State.NodeName, txn1, "committed", to)
 	data := kubeadmConfig(t, cs)
-	checkClusterConfiguration(t, data, cc, to, realEtcdOf[to])
+	checkClusterConfiguration(t, data, cc, to, etcd)
 	if _, err := os.Stat(filepath.Join(c.stateDir, kubeapi.PendingFile)); err == nil {
 		t.Errorf("the update's record is left after it was done")
 	}
 
-	// 2. Both flags off: nothing sent, nothing recorded.
-	staleConfig(t, cs, from)
+	// 2. Both flags off: the upgrade undone (a commit back to the old
+	// versions) sends nothing and records nothing.
 	// (kube-controller-manager posts RegisteredNode Events of its own.)
 	ours := func() int {
 		k := 0
@@ -120,24 +124,28 @@ func TestRealKubeAPI(t *testing.T) {
 		return k
 	}
 	before := ours()
-	c.want(cli.ExitOK, "restart", nodestate.Scheduler, "--no-events", "--no-kubeadm-config")
+	c.want(cli.ExitOK, append([]string{"rollback", "--last", "--no-events", "--no-kubeadm-config"}, slow...)...)
 	if after := ours(); after != before {
-		t.Errorf("--no-events: %d Events from %s after the restart, %d before", after, kubeapi.Component, before)
+		t.Errorf("--no-events: %d Events from %s after the rollback --last, %d before", after, kubeapi.Component, before)
 	}
 	checkAnnotations(t, cs, n.State.NodeName, txn1, "committed", to)
-	if got := clusterConfigurationOf(t, kubeadmConfig(t, cs)); got["kubernetesVersion"] != from {
-		t.Errorf("--no-kubeadm-config: kubernetesVersion %v, want left at %s", got["kubernetesVersion"], from)
+	if got := clusterConfigurationOf(t, kubeadmConfig(t, cs)); got["kubernetesVersion"] != to {
+		t.Errorf("--no-kubeadm-config: kubernetesVersion %v, want left at %s", got["kubernetesVersion"], to)
+	}
+	if p, _ := kubeapi.LoadPending(c.stateDir); p != nil {
+		t.Errorf("--no-kubeadm-config: an update %+v is recorded", p)
 	}
 
 	// 3. The API server does not answer: the update is recorded; the next
 	// command that reaches it does it.
+	staleConfig(t, cs, from)
 	down := filepath.Join(n.Root, "down.conf")
 	conf := readFile(t, filepath.Join(n.State.KubeconfigDir, "admin.conf"))
 	conf = strings.Replace(conf, "server: https://", "server: https://127.0.0.1:1#", 1)
 	if err := os.WriteFile(down, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.want(cli.ExitOK, "restart", nodestate.Scheduler, "--kubeconfig="+down)
+	c.want(cli.ExitOK, append([]string{"run", "--to=" + rel, "--kubeconfig=" + down}, slow...)...)
 	p, err := kubeapi.LoadPending(c.stateDir)
 	if err != nil || p == nil || p.Versions.KubernetesVersion != to {
 		t.Fatalf("after a commit with the API server down, the record is %+v %v", p, err)
@@ -146,7 +154,7 @@ func TestRealKubeAPI(t *testing.T) {
 		t.Errorf("kubernetesVersion %v with the API server down, want still %s", got["kubernetesVersion"], from)
 	}
 	c.want(cli.ExitOK, "resume")
-	checkClusterConfiguration(t, kubeadmConfig(t, cs), cc, to, realEtcdOf[to])
+	checkClusterConfiguration(t, kubeadmConfig(t, cs), cc, to, etcd)
 	if p, _ := kubeapi.LoadPending(c.stateDir); p != nil {
 		t.Errorf("the record %+v stays after resume did the update", p)
 	}
@@ -158,7 +166,6 @@ func TestRealKubeAPI(t *testing.T) {
 	for _, comp := range kubebuild.Components {
 		bad.Images[comp] = testbed.Repos[comp] + ":" + to
 	}
-	bad.Images[nodestate.Etcd] = realEtcdOf[to]
 	bad.SetExtraArg(nodestate.Scheduler, "feature-gates", "NoSuchGate=true")
 	badFile := filepath.Join(n.Root, "bad-state.yaml")
 	if err := bad.Save(badFile); err != nil {
@@ -359,7 +366,8 @@ func kubeadmClusterConfiguration(t *testing.T, kube string) string {
 	return ""
 }
 
-// staleConfig sets kubeadm-config's kubernetesVersion back to kube.
+// staleConfig sets kubeadm-config's kubernetesVersion from the newest
+// version back to kube.
 func staleConfig(t *testing.T, cs kubernetes.Interface, kube string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -119,9 +119,12 @@ func eventReason(ev engine.Event) (string, bool) {
 	return "", false
 }
 
-// ended keeps the outcome in the Node's annotations and, after a commit,
-// records the kubeadm-config update it owes (done by finish, or by a
-// later command when the API server does not answer now).
+// ended keeps the outcome in the Node's annotations and, after a commit
+// that changed the versions, records the kubeadm-config update it owes
+// (done by finish, or by a later command when the API server does not
+// answer now). A commit that left them (a restart, an extra arg) owes
+// nothing: on a node of a multi-member cluster not yet upgraded it would
+// set the cluster's configuration back to this node's older versions.
 func (v *clusterView) ended(end engine.End) {
 	if v.poster != nil {
 		release := ""
@@ -130,10 +133,14 @@ func (v *clusterView) ended(end engine.End) {
 		}
 		v.poster.Annotate(kubeapi.Outcome{Txn: end.Txn, Outcome: string(end.Outcome), Release: release})
 	}
-	if end.Outcome != engine.Committed || v.cs == nil || v.g.api.noKubeadmConfig || end.State == nil {
+	if end.Outcome != engine.Committed || v.cs == nil || v.g.api.noKubeadmConfig || end.State == nil || end.From == nil {
 		return
 	}
-	p := kubeapi.Pending{Txn: end.Txn, Versions: clusterVersions(end.State), Recorded: time.Now()}
+	now := clusterVersions(end.State)
+	if now == clusterVersions(end.From) {
+		return
+	}
+	p := kubeapi.Pending{Txn: end.Txn, Versions: now, Recorded: time.Now()}
 	if err := kubeapi.SavePending(v.g.stateDir, p); err != nil {
 		v.g.log.Warn("the kubeadm-config update after this commit is not recorded; the transaction is unaffected", "txn", end.Txn, "err", err)
 	}

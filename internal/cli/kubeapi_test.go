@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/kubeapi"
@@ -86,7 +88,9 @@ func TestClusterViewFlagsOff(t *testing.T) {
 			for _, step := range []string{"begin", "done", "commit"} {
 				v.event(engine.Event{Time: now, Txn: "t1", Phase: string(journal.PhaseApplying), Step: step, Message: step})
 			}
-			v.ended(engine.End{Txn: "t1", Kind: "upgrade", Outcome: engine.Committed, State: st, Target: st})
+			old := st.Clone()
+			old.KubernetesVersion, old.Images[nodestate.KubeAPIServer] = "v1.36.3", "registry.k8s.io/kube-apiserver:v1.36.3"
+			v.ended(engine.End{Txn: "t1", Kind: "upgrade", Outcome: engine.Committed, State: st, From: old, Target: st})
 			recorded, err := kubeapi.LoadPending(g.stateDir)
 			if err != nil {
 				t.Fatal(err)
@@ -111,4 +115,51 @@ func TestClusterViewFlagsOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClusterViewRecordsVersionChangesOnly: a commit that left the
+// versions (a restart, an extra arg) owes kubeadm-config nothing: on a node
+// of a multi-member cluster not yet upgraded it would set the cluster's
+// configuration back to this node's older versions. A rollback owes
+// nothing either.
+func TestClusterViewRecordsVersionChangesOnly(t *testing.T) {
+	dir := t.TempDir()
+	g := &globals{stateDir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	g.api.noEvents = true
+	st := &nodestate.NodeState{KubernetesVersion: "v1.36.3", Images: map[string]string{
+		nodestate.KubeAPIServer: "registry.k8s.io/kube-apiserver:v1.36.3", nodestate.Etcd: "registry.k8s.io/etcd:3.6.16-0"}}
+	v := &clusterView{g: g, cs: downClientset(t)}
+	etcd := st.Clone()
+	etcd.Images[nodestate.Etcd] = "registry.k8s.io/etcd:3.6.17-0"
+	for _, c := range []struct {
+		name    string
+		outcome engine.Outcome
+		from    *nodestate.NodeState
+		want    bool
+	}{
+		{"restart", engine.Committed, st.Clone(), false},
+		{"rolled back", engine.RolledBack, etcd, false},
+		{"etcd's image", engine.Committed, etcd, true},
+	} {
+		_ = os.Remove(filepath.Join(dir, kubeapi.PendingFile))
+		v.ended(engine.End{Txn: "t1", Outcome: c.outcome, State: st, From: c.from, Target: st})
+		p, err := kubeapi.LoadPending(dir)
+		if err != nil || (p != nil) != c.want {
+			t.Errorf("%s: record %+v %v, want one: %v", c.name, p, err, c.want)
+		}
+	}
+}
+
+// downClientset is a client of an API server nothing listens for.
+func downClientset(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "admin.conf")
+	if err := os.WriteFile(conf, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubeapi.Connect(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
