@@ -234,11 +234,11 @@ func FindNode(ctx context.Context, cs kubernetes.Interface, ref NodeRef) (*corev
 		return node, nil
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Node %s: %w", ref.Name, err)
+		return nil, fmt.Errorf("the Node object %s: %w", ref.Name, err)
 	}
 	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("Nodes: %w", err)
+		return nil, fmt.Errorf("the Node objects: %w", err)
 	}
 	var found []*corev1.Node
 	for i := range list.Items {
