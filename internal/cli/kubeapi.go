@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -140,6 +139,12 @@ func (v *clusterView) ended(end engine.End) {
 	if now == clusterVersions(end.From) {
 		return
 	}
+	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+		want, err := nodestate.KubeadmImage(now.ImageRepository, comp, now.KubernetesVersion)
+		if img := end.State.Image(comp); err == nil && img != want {
+			v.g.log.Warn("kubeadm-config cannot say this node's image: kubeadm would run another from its ClusterConfiguration", "component", comp, "image", img, "kubeadm", want)
+		}
+	}
 	p := kubeapi.Pending{Txn: end.Txn, Versions: now, Recorded: time.Now()}
 	if err := kubeapi.SavePending(v.g.stateDir, p); err != nil {
 		v.g.log.Warn("the kubeadm-config update after this commit is not recorded; the transaction is unaffected", "txn", end.Txn, "err", err)
@@ -178,17 +183,7 @@ func (v *clusterView) finish() {
 func clusterVersions(st *nodestate.NodeState) kubeapi.ClusterVersions {
 	return kubeapi.ClusterVersions{
 		KubernetesVersion: st.KubernetesVersion,
-		ImageRepository:   imageRepository(st),
-		EtcdImage:         st.Images[nodestate.Etcd],
+		ImageRepository:   st.Repository(),
+		EtcdImage:         st.Image(nodestate.Etcd),
 	}
-}
-
-// imageRepository is the repository of st's Kubernetes images: kube-apiserver's
-// image without its name and tag.
-func imageRepository(st *nodestate.NodeState) string {
-	img := st.Images[nodestate.KubeAPIServer]
-	if i := strings.LastIndex(img, "/"); i > 0 {
-		return img[:i]
-	}
-	return ""
 }
