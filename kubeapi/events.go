@@ -62,8 +62,9 @@ var ErrNoNode = errors.New("no Node object for this node")
 
 // Poster posts Notices and Outcomes in the background, in order; Post and
 // Annotate never block. While the API server does not answer (a
-// transaction replaces it) the next item is retried; an answer that
-// refuses it drops it with a warning.
+// transaction replaces it) the next item is retried until Close, which
+// gives it one more try; an answer that refuses it drops it with a
+// warning.
 type Poster struct {
 	cs  kubernetes.Interface
 	ref NodeRef
@@ -130,7 +131,8 @@ func (p *Poster) push(f func(context.Context, *corev1.Node) error) {
 }
 
 // Close waits up to wait for what is queued to be posted, then gives up on
-// the rest. The error says how many were not posted and why.
+// the rest; it gives up at once when the API server does not answer. The
+// error says how many were not posted and why.
 func (p *Poster) Close(wait time.Duration) error {
 	close(p.closing)
 	timer := time.NewTimer(wait)
@@ -192,8 +194,19 @@ func (p *Poster) work() {
 			continue
 		}
 		select {
+		case <-p.closing:
+			// The transaction is over and the API server does not answer
+			// now: what is left is not worth the command's time.
+			p.mu.Lock()
+			p.dropped, p.queue = p.dropped+len(p.queue), nil
+			p.mu.Unlock()
+			return
+		default:
+		}
+		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 3*time.Second)
+		case <-p.closing: // one more try, at once
 		case <-p.abort:
 			return
 		}

@@ -67,8 +67,8 @@ func TestPosterPostsInOrder(t *testing.T) {
 }
 
 // TestPosterNeverWaitsOnTheAPI: with the API server down, Post and
-// Annotate return at once and Close gives up after its wait, saying how
-// many were not posted.
+// Annotate return at once, and Close gives up after one more try instead
+// of its whole wait, saying how many were not posted.
 func TestPosterNeverWaitsOnTheAPI(t *testing.T) {
 	p := NewPoster(downAPI(t), NodeRef{Name: "cp-1"}, quiet)
 	t0 := time.Now()
@@ -80,9 +80,9 @@ func TestPosterNeverWaitsOnTheAPI(t *testing.T) {
 		t.Errorf("queueing 51 items took %s", d)
 	}
 	t0 = time.Now()
-	err := p.Close(time.Second)
-	if d := time.Since(t0); d > 3*time.Second {
-		t.Errorf("Close(1s) took %s", d)
+	err := p.Close(10 * time.Second)
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("Close(10s) with the API server down took %s, want at once", d)
 	}
 	if err == nil || !strings.Contains(err.Error(), "51 of 51") {
 		t.Errorf("Close: %v, want 51 of 51 not posted", err)
