@@ -8,6 +8,7 @@
 package kubeapi
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -16,8 +17,12 @@ import (
 	"os"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -28,10 +33,29 @@ const RequestTimeout = 5 * time.Second
 // server to tell.
 var ErrNoKubeconfig = errors.New("no kubeconfig")
 
+// API is what this package asks of the API server's core/v1 API. *Client
+// is the real one; errors are client-go's (apierrors tells them apart).
+type API interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	ListNodes(ctx context.Context) (*corev1.NodeList, error)
+	// PatchNode applies a JSON merge patch to Node name.
+	PatchNode(ctx context.Context, name string, patch []byte) error
+	CreateEvent(ctx context.Context, ev *corev1.Event) error
+	GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+	UpdateConfigMap(ctx context.Context, cm *corev1.ConfigMap) error
+}
+
+// Client is the API server's core/v1 API through client-go's REST client,
+// with only core/v1's types registered: client-go's typed clientset
+// registers every API group's, and made the binary 28 MB larger.
+type Client struct {
+	rc *rest.RESTClient
+}
+
 // Connect is a client of the API server the kubeconfig at path names, each
 // request bounded by RequestTimeout. It sends nothing: a server that does
 // not answer is found by the first request.
-func Connect(path string) (kubernetes.Interface, error) {
+func Connect(path string) (*Client, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNoKubeconfig, path)
 	}
@@ -39,13 +63,58 @@ func Connect(path string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
 	cfg.Timeout = RequestTimeout
 	cfg.UserAgent = "stratum-upgrade"
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg.APIPath = "/api"
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.ContentType = runtime.ContentTypeJSON
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
-	return cs, nil
+	return &Client{rc: rc}, nil
+}
+
+// GetNode is Node name.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	var n corev1.Node
+	err := c.rc.Get().Resource("nodes").Name(name).Do(ctx).Into(&n)
+	return &n, err
+}
+
+// ListNodes is every Node.
+func (c *Client) ListNodes(ctx context.Context) (*corev1.NodeList, error) {
+	var l corev1.NodeList
+	err := c.rc.Get().Resource("nodes").Do(ctx).Into(&l)
+	return &l, err
+}
+
+// PatchNode applies the JSON merge patch to Node name.
+func (c *Client) PatchNode(ctx context.Context, name string, patch []byte) error {
+	return c.rc.Patch(types.MergePatchType).Resource("nodes").Name(name).Body(patch).Do(ctx).Error()
+}
+
+// CreateEvent creates ev in its namespace.
+func (c *Client) CreateEvent(ctx context.Context, ev *corev1.Event) error {
+	return c.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+}
+
+// GetConfigMap is ConfigMap namespace/name.
+func (c *Client) GetConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	var cm corev1.ConfigMap
+	err := c.rc.Get().Namespace(namespace).Resource("configmaps").Name(name).Do(ctx).Into(&cm)
+	return &cm, err
+}
+
+// UpdateConfigMap replaces cm (a conflict when its resourceVersion is not
+// the server's).
+func (c *Client) UpdateConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
+	return c.rc.Put().Namespace(cm.Namespace).Resource("configmaps").Name(cm.Name).Body(cm).Do(ctx).Error()
 }
 
 // transient says whether err may go away by itself: the server did not

@@ -16,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Component is the Events' source component.
@@ -66,7 +64,7 @@ var ErrNoNode = errors.New("no Node object for this node")
 // gives it one more try; an answer that refuses it drops it with a
 // warning.
 type Poster struct {
-	cs  kubernetes.Interface
+	cs  API
 	ref NodeRef
 	log *slog.Logger
 
@@ -87,7 +85,7 @@ type Poster struct {
 }
 
 // NewPoster starts a Poster for the node ref names.
-func NewPoster(cs kubernetes.Interface, ref NodeRef, log *slog.Logger) *Poster {
+func NewPoster(cs API, ref NodeRef, log *slog.Logger) *Poster {
 	p := &Poster{cs: cs, ref: ref, log: log, wake: make(chan struct{}, 1),
 		closing: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
 	go p.work()
@@ -97,7 +95,7 @@ func NewPoster(cs kubernetes.Interface, ref NodeRef, log *slog.Logger) *Poster {
 // Post queues an Event.
 func (p *Poster) Post(n Notice) {
 	p.push(func(ctx context.Context, node *corev1.Node) error {
-		_, err := p.cs.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, event(n, node), metav1.CreateOptions{})
+		err := p.cs.CreateEvent(ctx, event(n, node))
 		if apierrors.IsAlreadyExists(err) {
 			return nil // an earlier try got through before its answer was lost
 		}
@@ -111,8 +109,7 @@ func (p *Poster) Annotate(o Outcome) {
 		AnnotationTransaction: o.Txn, AnnotationOutcome: o.Outcome, AnnotationRelease: o.Release,
 	}}})
 	p.push(func(ctx context.Context, node *corev1.Node) error {
-		_, err := p.cs.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
+		return p.cs.PatchNode(ctx, node.Name, patch)
 	})
 }
 
@@ -241,15 +238,15 @@ func (p *Poster) send(f func(context.Context, *corev1.Node) error) error {
 
 // FindNode is ref's Node: the one named ref.Name, or else the only one with
 // the InternalIP ref.Address (a node whose name is not its etcd member's).
-func FindNode(ctx context.Context, cs kubernetes.Interface, ref NodeRef) (*corev1.Node, error) {
-	node, err := cs.CoreV1().Nodes().Get(ctx, ref.Name, metav1.GetOptions{})
+func FindNode(ctx context.Context, cs API, ref NodeRef) (*corev1.Node, error) {
+	node, err := cs.GetNode(ctx, ref.Name)
 	if err == nil {
 		return node, nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("the Node object %s: %w", ref.Name, err)
 	}
-	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	list, err := cs.ListNodes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the Node objects: %w", err)
 	}

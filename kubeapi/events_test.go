@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -30,7 +29,7 @@ func node(name, ip string) *corev1.Node {
 // type and source; the outcome lands in the annotations.
 func TestPosterPostsInOrder(t *testing.T) {
 	for _, ref := range []NodeRef{{Name: "cp-1", Address: "10.0.0.11"}, {Name: "etcd-member-name", Address: "10.0.0.11"}} {
-		cs := fake.NewClientset(node("cp-1", "10.0.0.11"), node("cp-2", "10.0.0.12"))
+		cs := fakeAPI(node("cp-1", "10.0.0.11"), node("cp-2", "10.0.0.12"))
 		p := NewPoster(cs, ref, quiet)
 		t0 := time.Now()
 		p.Post(Notice{Time: t0, Txn: "t1", Reason: "TransactionBegan", Message: "upgrade v1.36.3 -> v1.37.2"})
@@ -40,7 +39,7 @@ func TestPosterPostsInOrder(t *testing.T) {
 		if err := p.Close(5 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		evs, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{})
+		evs, err := cs.c.Events(metav1.NamespaceDefault).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +55,7 @@ func TestPosterPostsInOrder(t *testing.T) {
 		if want := []string{"TransactionBegan/Normal", "ComponentReplaced/Normal", "TransactionRolledBack/Warning"}; !slices.Equal(reasons, want) {
 			t.Errorf("%s: events %v, want %v", ref.Name, reasons, want)
 		}
-		n, err := cs.CoreV1().Nodes().Get(t.Context(), "cp-1", metav1.GetOptions{})
+		n, err := cs.c.Nodes().Get(t.Context(), "cp-1", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +91,7 @@ func TestPosterNeverWaitsOnTheAPI(t *testing.T) {
 // TestPosterWithoutNode: no Node object for the node drops what is queued,
 // with ErrNoNode, without waiting.
 func TestPosterWithoutNode(t *testing.T) {
-	p := NewPoster(fake.NewClientset(node("other", "10.0.0.99")), NodeRef{Name: "cp-1", Address: "10.0.0.11"}, quiet)
+	p := NewPoster(fakeAPI(node("other", "10.0.0.99")), NodeRef{Name: "cp-1", Address: "10.0.0.11"}, quiet)
 	p.Post(Notice{Time: time.Now(), Txn: "t1", Reason: "R", Message: "m"})
 	t0 := time.Now()
 	if err := p.Close(10 * time.Second); !errors.Is(err, ErrNoNode) || time.Since(t0) > 2*time.Second {

@@ -16,7 +16,6 @@ import (
 	"go.yaml.in/yaml/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -186,11 +185,10 @@ func setScalar(m *yaml.Node, key, value string) bool {
 // UpdateKubeadmConfig writes v into the kubeadm-config ConfigMap's
 // ClusterConfiguration (EditClusterConfiguration), retrying a write that
 // raced another. ErrNotKubeadm when the ConfigMap does not exist.
-func UpdateKubeadmConfig(ctx context.Context, cs kubernetes.Interface, v ClusterVersions) (Edited, error) {
+func UpdateKubeadmConfig(ctx context.Context, cs API, v ClusterVersions) (Edited, error) {
 	var ed Edited
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cms := cs.CoreV1().ConfigMaps(ConfigMapNamespace)
-		cm, err := cms.Get(ctx, ConfigMapName, metav1.GetOptions{})
+		cm, err := cs.GetConfigMap(ctx, ConfigMapNamespace, ConfigMapName)
 		if apierrors.IsNotFound(err) {
 			return ErrNotKubeadm
 		}
@@ -205,8 +203,7 @@ func UpdateKubeadmConfig(ctx context.Context, cs kubernetes.Interface, v Cluster
 			return err
 		}
 		cm.Data[ConfigMapKey] = ed.Data
-		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-		return err
+		return cs.UpdateConfigMap(ctx, cm)
 	})
 	if err != nil && !errors.Is(err, ErrNotKubeadm) {
 		err = fmt.Errorf("%s/%s: %w", ConfigMapNamespace, ConfigMapName, err)

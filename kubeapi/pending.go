@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/ciq/stratum-upgrade/durable"
 )
 
@@ -82,7 +80,7 @@ const (
 // Sync does the update recorded in dir, if any, when the API server
 // answers within ctx, and removes the record once done. Edited's Notes
 // say what of the versions the ClusterConfiguration could not take.
-func Sync(ctx context.Context, cs kubernetes.Interface, dir string) (Synced, Edited, error) {
+func Sync(ctx context.Context, cs API, dir string) (Synced, Edited, error) {
 	p, err := LoadPending(dir)
 	if err != nil || p == nil {
 		return NoneOwed, Edited{}, err

@@ -10,15 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // downAPI is a client of an API server that does not answer: the
 // kubeconfig names a port nothing listens on.
-func downAPI(t *testing.T) kubernetes.Interface {
+func downAPI(t *testing.T) API {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,7 +29,7 @@ func downAPI(t *testing.T) kubernetes.Interface {
 
 // clientOf is a client of the API server at url, through a kubeconfig that
 // trusts the system's CAs, or any certificate with insecure.
-func clientOf(t *testing.T, url string, insecure bool) kubernetes.Interface {
+func clientOf(t *testing.T, url string, insecure bool) API {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "admin.conf")
 	cfg := clientcmdapi.NewConfig()
@@ -75,7 +73,7 @@ func TestSyncDefersUntilTheAPIAnswers(t *testing.T) {
 		}
 		return p
 	}
-	for name, cs := range map[string]kubernetes.Interface{"no kubeconfig": nil, "API down": downAPI(t)} {
+	for name, cs := range map[string]API{"no kubeconfig": nil, "API down": downAPI(t)} {
 		got, _, err := Sync(ctx, cs, dir)
 		if got != Deferred || (cs != nil && err == nil) {
 			t.Errorf("%s: %s %v, want deferred with the error", name, got, err)
@@ -85,19 +83,19 @@ func TestSyncDefersUntilTheAPIAnswers(t *testing.T) {
 		}
 	}
 
-	broken := fake.NewClientset(kubeadmConfigMap(map[string]string{"other": "x"}))
+	broken := fakeAPI(kubeadmConfigMap(map[string]string{"other": "x"}))
 	if got, _, err := Sync(ctx, broken, dir); got != Refused || !errors.Is(err, ErrClusterConfiguration) || owed() == nil {
 		t.Errorf("no ClusterConfiguration key: %s %v (record %+v), want refused and kept", got, err, owed())
 	}
 
-	cs := fake.NewClientset(kubeadmConfigMap(map[string]string{ConfigMapKey: uploaded, "kept": "yes"}))
+	cs := fakeAPI(kubeadmConfigMap(map[string]string{ConfigMapKey: uploaded, "kept": "yes"}))
 	if got, _, err := Sync(ctx, cs, dir); got != Updated || err != nil {
 		t.Fatalf("API up: %s %v, want updated", got, err)
 	}
 	if p := owed(); p != nil {
 		t.Errorf("the record %+v stays after the update", p)
 	}
-	cm, err := cs.CoreV1().ConfigMaps(ConfigMapNamespace).Get(ctx, ConfigMapName, metav1.GetOptions{})
+	cm, err := cs.c.ConfigMaps(ConfigMapNamespace).Get(ctx, ConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +106,7 @@ func TestSyncDefersUntilTheAPIAnswers(t *testing.T) {
 	if err := SavePending(dir, Pending{Txn: "t2", Versions: v}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := Sync(ctx, fake.NewClientset(), dir); got != NotKubeadm || err != nil || owed() != nil {
+	if got, _, err := Sync(ctx, fakeAPI(), dir); got != NotKubeadm || err != nil || owed() != nil {
 		t.Errorf("no kubeadm-config: %s %v (record %+v), want not-kubeadm and forgotten", got, err, owed())
 	}
 }

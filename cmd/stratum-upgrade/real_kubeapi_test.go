@@ -17,7 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/internal/cli"
@@ -63,7 +64,12 @@ func TestRealKubeAPI(t *testing.T) {
 		}})
 	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
-	cs, err := kubeapi.Connect(filepath.Join(n.State.KubeconfigDir, "admin.conf"))
+	// The test reads the cluster as kubectl does: client-go's typed client.
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(n.State.KubeconfigDir, "admin.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := corev1client.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +78,13 @@ func TestRealKubeAPI(t *testing.T) {
 	// kubelet registers its Node; the test bed has no kubelet that does.
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.State.NodeName},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.State.AdvertiseAddress}}}}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cc := kubeadmClusterConfiguration(t, from)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: kubeapi.ConfigMapNamespace, Name: kubeapi.ConfigMapName},
 		Data: map[string]string{kubeapi.ConfigMapKey: cc + "---\n" + secondDocument, "SiteKey": "kept"}}
-	if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	slow := []string{"--replace-timeout=60s", "--active-timeout=90s"}
@@ -178,11 +184,11 @@ func TestRealKubeAPI(t *testing.T) {
 }
 
 // waitAPI waits for the API server to serve the Node API.
-func waitAPI(t *testing.T, cs kubernetes.Interface) {
+func waitAPI(t *testing.T, cs corev1client.CoreV1Interface) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		_, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		_, err := cs.Nodes().List(t.Context(), metav1.ListOptions{})
 		if err == nil {
 			return
 		}
@@ -210,10 +216,10 @@ func lastTxn(t *testing.T, c *cliNode) string {
 
 // nodeEvents are the Events on Node name, oldest first, as `kubectl get
 // events --field-selector involvedObject.kind=Node,involvedObject.name=NAME`.
-func nodeEvents(t *testing.T, cs kubernetes.Interface, name string) []corev1.Event {
+func nodeEvents(t *testing.T, cs corev1client.CoreV1Interface, name string) []corev1.Event {
 	t.Helper()
 	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": name}.AsSelector().String()
-	list, err := cs.CoreV1().Events(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{FieldSelector: sel})
+	list, err := cs.Events(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +230,7 @@ func nodeEvents(t *testing.T, cs kubernetes.Interface, name string) []corev1.Eve
 // checkEvents checks that the Events of txn on Node name are want, in
 // order ("Reason" or "Reason:component", the component named in the
 // message), each from stratum-upgrade with the transaction's id.
-func checkEvents(t *testing.T, cs kubernetes.Interface, name, txn string, want []string) {
+func checkEvents(t *testing.T, cs corev1client.CoreV1Interface, name, txn string, want []string) {
 	t.Helper()
 	var got []string
 	for _, ev := range nodeEvents(t, cs, name) {
@@ -253,9 +259,9 @@ func checkEvents(t *testing.T, cs kubernetes.Interface, name, txn string, want [
 	}
 }
 
-func checkAnnotations(t *testing.T, cs kubernetes.Interface, name, txn, outcome, release string) {
+func checkAnnotations(t *testing.T, cs corev1client.CoreV1Interface, name, txn, outcome, release string) {
 	t.Helper()
-	node, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	node, err := cs.Nodes().Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,9 +271,9 @@ func checkAnnotations(t *testing.T, cs kubernetes.Interface, name, txn, outcome,
 	}
 }
 
-func kubeadmConfig(t *testing.T, cs kubernetes.Interface) map[string]string {
+func kubeadmConfig(t *testing.T, cs corev1client.CoreV1Interface) map[string]string {
 	t.Helper()
-	cm, err := cs.CoreV1().ConfigMaps(kubeapi.ConfigMapNamespace).Get(t.Context(), kubeapi.ConfigMapName, metav1.GetOptions{})
+	cm, err := cs.ConfigMaps(kubeapi.ConfigMapNamespace).Get(t.Context(), kubeapi.ConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,16 +374,16 @@ func kubeadmClusterConfiguration(t *testing.T, kube string) string {
 
 // staleConfig sets kubeadm-config's kubernetesVersion from the newest
 // version back to kube.
-func staleConfig(t *testing.T, cs kubernetes.Interface, kube string) {
+func staleConfig(t *testing.T, cs corev1client.CoreV1Interface, kube string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cm, err := cs.CoreV1().ConfigMaps(kubeapi.ConfigMapNamespace).Get(ctx, kubeapi.ConfigMapName, metav1.GetOptions{})
+	cm, err := cs.ConfigMaps(kubeapi.ConfigMapNamespace).Get(ctx, kubeapi.ConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cm.Data[kubeapi.ConfigMapKey] = strings.Replace(cm.Data[kubeapi.ConfigMapKey], "kubernetesVersion: "+kubebuild.Versions[len(kubebuild.Versions)-1], "kubernetesVersion: "+kube, 1)
-	if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+	if _, err := cs.ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/kubeapi"
@@ -37,7 +35,7 @@ const (
 type clusterView struct {
 	g *globals
 	// cs is nil without a kubeconfig: the node has no API server to tell.
-	cs     kubernetes.Interface
+	cs     kubeapi.API
 	poster *kubeapi.Poster
 }
 

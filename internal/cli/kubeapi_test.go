@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/kubeapi"
@@ -151,7 +149,7 @@ func TestClusterViewRecordsVersionChangesOnly(t *testing.T) {
 }
 
 // downClientset is a client of an API server nothing listens for.
-func downClientset(t *testing.T) kubernetes.Interface {
+func downClientset(t *testing.T) kubeapi.API {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "admin.conf")
 	if err := os.WriteFile(conf, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n"), 0o600); err != nil {
