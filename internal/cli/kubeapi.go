@@ -64,7 +64,7 @@ func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 	}
 	cs, err := kubeapi.Connect(path)
 	switch {
-	case errors.Is(err, kubeapi.ErrNoKubeconfig):
+	case errors.Is(err, kubeapi.ErrNoKubeconfig) && g.api.kubeconfig == "":
 		g.log.Info("no kubeconfig: the cluster's API server is not told of this command", "kubeconfig", path)
 		return v
 	case err != nil:

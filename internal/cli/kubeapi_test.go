@@ -161,3 +161,26 @@ func downClientset(t *testing.T) kubeapi.API {
 	}
 	return cs
 }
+
+// TestClusterViewMissingKubeconfig: no admin.conf in kubeconfigDir is a
+// node without an API server to tell (logged at info); a --kubeconfig
+// naming a file that does not exist is a warning naming it. Neither stops
+// the command.
+func TestClusterViewMissingKubeconfig(t *testing.T) {
+	for _, explicit := range []bool{false, true} {
+		var log strings.Builder
+		g := &globals{stateDir: t.TempDir(), log: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		st := &nodestate.NodeState{NodeName: "cp-1", KubeconfigDir: t.TempDir()}
+		if explicit {
+			g.api.kubeconfig = filepath.Join(t.TempDir(), "missing.conf")
+		}
+		v := g.clusterOf(st)
+		if v.cs != nil || v.poster != nil {
+			t.Errorf("explicit %v: a client without a kubeconfig", explicit)
+		}
+		v.finish()
+		if got := strings.Contains(log.String(), "level=WARN") && strings.Contains(log.String(), "missing.conf"); got != explicit {
+			t.Errorf("explicit %v: warned %v:\n%s", explicit, got, log.String())
+		}
+	}
+}
