@@ -89,7 +89,7 @@ func (e *Engine) stopForWrite(ctx context.Context, r *run, p journal.Phase, st *
 			return err
 		}
 		targets[i] = t
-		ps, err := e.procs.PIDs(t.Binary)
+		ps, err := e.procs.Of(t)
 		if err != nil {
 			return fmt.Errorf("%s: %w", comp, err)
 		}
