@@ -12,6 +12,7 @@ import (
 // number is"; a rerun replaces only what is between the markers; a lone
 // marker is an error, never a guess.
 func TestReplaceSection(t *testing.T) {
+	idleSection, loadSection := benchSection("v1.34.4", false), benchSection("v1.34.4", true)
 	doc := "# Performance\n\nintro\n\n" + sectionBefore + "\n\nrest\n"
 	once, err := replaceSection(doc, idleSection, "table one\n")
 	if err != nil {
