@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeadmgen"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -20,7 +21,15 @@ func fixtures(t *testing.T) []string {
 	if err != nil || len(dirs) < 8 {
 		t.Fatalf("kubeadm fixtures: %v %v: want 2 versions x 4 configurations", dirs, err)
 	}
-	return dirs
+	// Those the node state cannot yet express are expected to restart
+	// (kubeadmgen.TestAdoptFixtures fails once they no longer do).
+	return slices.DeleteFunc(dirs, func(d string) bool {
+		why, ok := kubeadmgen.NeedsModel[filepath.Base(d)]
+		if ok {
+			t.Logf("%s: left out, kubeadmgen.NeedsModel: %s", d, why)
+		}
+		return ok
+	})
 }
 
 func check(t *testing.T, dir string) *Plan {

@@ -89,7 +89,7 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 	if err := checkRoster(st, name); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	if st.Images[name] == "" {
+	if st.Image(name) == "" {
 		return nil, fmt.Errorf("render %s: no image: set images.%s in the node state", name, name)
 	}
 	if err := st.Validate(); err != nil {

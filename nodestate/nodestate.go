@@ -60,11 +60,18 @@ type NodeState struct {
 	// KubernetesVersion is the control plane's version, e.g. v1.34.4. A
 	// Kubernetes component whose image tag is not a version runs at it.
 	KubernetesVersion string `json:"kubernetesVersion"`
-	// Images holds the image reference of every component in the roster
-	// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
-	// kube-vip when vip is set); a digest-pinned reference
-	// (name@sha256:...) is allowed.
-	Images map[string]string `json:"images"`
+	// ImageRepository is where the images a component does not pin come
+	// from, with kubeadm's meaning: a Kubernetes component's image is
+	// <imageRepository>/<component>:<kubernetesVersion>, etcd's
+	// <imageRepository>/etcd:<the etcd version kubeadm pairs with that
+	// minor> (versions/kubeadm). Empty means registry.k8s.io.
+	ImageRepository string `json:"imageRepository,omitempty"`
+	// Images pins the image reference of a component, overriding
+	// imageRepository: etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler, and kube-vip (always pinned: kubeadm has no kube-vip
+	// image) when vip is set. A digest-pinned reference (name@sha256:...)
+	// is allowed.
+	Images map[string]string `json:"images,omitempty"`
 	// Versions gives a component's version where its image tag does not
 	// (an image pinned by digest alone, or a tag that is no version):
 	// "3.6.16" for etcd, "v1.36.3" for the Kubernetes components. With a

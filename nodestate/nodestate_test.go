@@ -48,7 +48,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"wrong type", strings.Replace(valid, "etcd:\n  dataDir: /var/lib/etcd", "etcd:\n  dataDir: [1]", 1), "etcd.dataDir"},
 		{"wrong port type", valid + "ports:\n  apiServer: high\n", "ports.apiServer"},
 		{"bad version", strings.Replace(valid, "v1.34.4\nimages", "1.34\nimages", 1), "kubernetesVersion"},
-		{"missing image", strings.Replace(valid, "  etcd: registry.k8s.io/etcd:3.5.35-0\n", "", 1), "images.etcd: required"},
+		{"missing kube-vip image", valid + "vip:\n  address: 10.0.0.100\n  interface: eth0\n", "images.kube-vip: required"},
 		{"kube-vip image without vip", strings.Replace(valid, "images:\n", "images:\n  kube-vip: ghcr.io/kube-vip/kube-vip:v0.8.9\n", 1), "images.kube-vip"},
 		{"relative data dir", strings.Replace(valid, "/var/lib/etcd", "var/lib/etcd", 1), "etcd.dataDir"},
 		{"cis without files", valid + "profile:\n  name: cis\n", "profile.auditPolicyFile: required"},

@@ -87,15 +87,7 @@ func (st *NodeState) Validate() error {
 		bad("kubernetesVersion", "must look like v1.34.4, got %q", st.KubernetesVersion)
 	}
 	roster := st.Roster()
-	for _, c := range roster {
-		img, ok := st.Images[c]
-		switch {
-		case !ok || img == "":
-			bad("images."+c, "required: the node runs %s", c)
-		case !imageRef.MatchString(img):
-			bad("images."+c, "not an image reference: %q", img)
-		}
-	}
+	st.validateImages(roster, bad)
 	for _, c := range slices.Sorted(maps.Keys(st.Images)) {
 		if !slices.Contains(roster, c) {
 			if slices.Contains(Components, c) {

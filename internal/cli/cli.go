@@ -360,7 +360,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	}
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
-		newRollbackCmd(g), newStatusCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
+		newRollbackCmd(g), newStatusCmd(g), newStateCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
 	g.conventions(root)
 	return root

@@ -94,7 +94,7 @@ func TestMainUsage(t *testing.T) {
 		out  string
 	}{
 		{[]string{"nonsense"}, ExitUsage, `unknown command "nonsense"`},
-		{[]string{"run", "--state-dir", t.TempDir()}, ExitUsage, "--to RELEASE is required"},
+		{[]string{"run", "--state-dir", t.TempDir()}, ExitUsage, "--to VERSION|RELEASE is required"},
 		{[]string{"--output", "xml", "version"}, ExitUsage, `--output "xml"`},
 		{[]string{"version"}, ExitOK, ""},
 	}

@@ -22,12 +22,20 @@ func newRunCmd(g *globals) *cobra.Command {
 	var to string
 	var ignore []string
 	cmd := &cobra.Command{
-		Use:   "run --to RELEASE",
-		Short: "Upgrade the node to RELEASE as one journaled transaction",
-		Long: `run upgrades the node to RELEASE: snapshot the manifests (and etcd's data when
-etcd's image changes), write each changed manifest in roster order and wait for
-kubelet to replace the process and the new one to answer, verify every component
-through the soak window, then commit. Any failure rolls back to the snapshot.
+		Use:   "run --to VERSION|RELEASE",
+		Short: "Upgrade the node to a Kubernetes version or a release as one journaled transaction",
+		Long: `run upgrades the node to VERSION or RELEASE: snapshot the manifests (and etcd's
+data when etcd's image changes), write each changed manifest in roster order and
+wait for kubelet to replace the process and the new one to answer, verify every
+component through the soak window, then commit. Any failure rolls back to the
+snapshot.
+
+--to takes a Kubernetes version or a release file. A version (v1.36.3) moves
+kube-apiserver, kube-controller-manager and kube-scheduler to it (a pinned image
+keeps its repository, an unpinned one comes from the node's imageRepository)
+and etcd to the version kubeadm pairs with its minor, never down; 'plan' alone
+lists the versions available. A release file pins the images it names. A target
+whose kubernetesVersion is not kube-apiserver's version is refused (exit 1).
 
 Output: one line per step with the time since the start and what it waits for;
 with --output json one engine event per line, then a final {"result": ...} line.
@@ -46,9 +54,13 @@ warning; the journal records the checks a transaction was let through with.
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			rel, raw, err := loadRelease(to)
-			if err != nil {
-				return err
+			var rel *engine.Release
+			var raw []byte
+			var err error
+			if !byVersion(to) {
+				if rel, raw, err = loadRelease(to); err != nil {
+					return err
+				}
 			}
 			opts, err := upgradeOptions(ignore)
 			if err != nil {
@@ -59,6 +71,11 @@ warning; the journal records the checks a transaction was let through with.
 				if err != nil {
 					return engine.Result{}, err
 				}
+				if byVersion(to) {
+					if rel, raw, err = releaseForVersion(st, to); err != nil {
+						return engine.Result{}, err
+					}
+				}
 				if err := applyRelease(rel, st, to); err != nil {
 					return engine.Result{}, err
 				}
@@ -68,7 +85,7 @@ warning; the journal records the checks a transaction was let through with.
 			})
 		}),
 	}
-	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	preflightFlag(cmd, &ignore)
 	return cmd
 }

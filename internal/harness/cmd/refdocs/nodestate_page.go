@@ -55,10 +55,18 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 		"kubernetesVersion": {Required: "yes", Values: "`v` and a semantic version: `v1.34.4`, `v1.35.0-rc.1`, " +
 			"`v1.34.4+build.1`; no white space around it. The supported minors are in " +
 			"[versions.md](../versions.md#support-matrix)"},
+		"imageRepository": {
+			Required: "no",
+			Default:  "`registry.k8s.io` (kubeadm's)",
+			Values: "an image repository without tag or digest: a lowercase registry host with an " +
+				"optional port and path (`registry.k8s.io`, `mirror.example.com:5000/k8s`). The etcd " +
+				"versions kubeadm pairs with each minor are in [versions.md](../versions.md#etcd-paired-with-each-kubernetes-minor)",
+		},
 		"images": {
 			Type:     "map of component to string",
-			Required: "yes",
-			Values: "one entry for each component the node runs: `etcd`, `kube-apiserver`, " +
+			Required: "for `kube-vip` when `vip` is set; for `etcd` when kubeadm's table pairs no etcd with `kubernetesVersion`'s minor",
+			Default:  "none: every component but kube-vip runs kubeadm's image from `imageRepository`",
+			Values: "keys: components the node runs: `etcd`, `kube-apiserver`, " +
 				"`kube-controller-manager`, `kube-scheduler`, and `kube-vip` exactly when `vip` is set " +
 				"(an entry for a component the node does not run is refused). Each value is an image " +
 				"reference: a lowercase repository name with an optional registry host and port " +

@@ -16,6 +16,7 @@ var rejected = map[string]map[string]any{
 		"nodeName":                    "CP_2",
 		"advertiseAddress":            "10.0.0.12/24",
 		"kubernetesVersion":           "1.34.4",
+		"imageRepository":             "registry.k8s.io/k8s:v1",
 		"images":                      map[string]any{"etcd": "Registry.k8s.io/etcd:3.5.35-0"},
 		"versions":                    map[string]any{"etcd": "3.5"},
 		"etcd.memberName":             "Cp-2",
