@@ -103,3 +103,25 @@ func TestCheckBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckKubeadmManifests: every manifest the real kubeadm wrote
+// (testdata/kubeadm/<version>/<config>/manifests, make kubeadm-fixtures)
+// is a pod its version's kubelet runs as written, so Check refuses none.
+func TestCheckKubeadmManifests(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join("..", "testdata", "kubeadm", "v*", "*", "manifests", "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no kubeadm fixtures: %v", err)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(filepath.Join("..", "testdata", "kubeadm"), p)
+		version, _, _ := strings.Cut(rel, string(filepath.Separator))
+		if ps, err := Check(b, version); err != nil || len(ps) > 0 {
+			t.Errorf("%s under kubelet %s: %v %v", rel, version, ps, err)
+		}
+	}
+	t.Logf("%d kubeadm manifests", len(paths))
+}
