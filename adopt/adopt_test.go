@@ -192,7 +192,9 @@ func TestHandEditsAreNamed(t *testing.T) {
 	}
 
 	dir, cfg = copyFixture(t, "v1.37.2", "defaults")
-	edit(t, filepath.Join(dir, "kube-scheduler.yaml"), "    name: kube-scheduler\n", "    name: kube-scheduler\n    env:\n    - name: GODEBUG\n      value: x509sha1=1\n")
+	// An argument that is no --flag: no extra arg holds it, and a patch
+	// may not change the command line.
+	edit(t, filepath.Join(dir, "kube-scheduler.yaml"), "    - kube-scheduler\n", "    - kube-scheduler\n    - -v=4\n")
 	// A flag added by hand is an extra arg: no restart.
 	edit(t, filepath.Join(dir, "kube-controller-manager.yaml"), "    - --use-service-account-credentials=true\n", "    - --use-service-account-credentials=true\n    - --v=2\n")
 	src, err = ReadKubeadm(dir, cfg)
@@ -207,8 +209,11 @@ func TestHandEditsAreNamed(t *testing.T) {
 		t.Fatalf("Restarts = %v, want kube-scheduler alone", got)
 	}
 	why := strings.Join(p.Components[3].Why, "; ")
-	if !strings.Contains(why, "spec.containers[kube-scheduler].env") {
-		t.Errorf("why = %q, want the env named", why)
+	if !strings.Contains(why, "-v=4") {
+		t.Errorf("why = %q, want the argument named", why)
+	}
+	if p.State.Patches != nil {
+		t.Errorf("a patch was kept for an unexpressible difference: %+v", p.State.Patches)
 	}
 	if !slices.Equal(p.State.ExtraArgs[nodestate.ControllerManager]["v"], nodestate.ArgValues{"2"}) {
 		t.Errorf("extra args %v, want the hand-added --v=2", p.State.ExtraArgs)

@@ -147,6 +147,23 @@ type NodeState struct {
 	// rendered without the annotation. Once they change, the annotation
 	// appears and the component restarts to read them, as on any node.
 	AdoptedInputs map[string]string `json:"adoptedInputs,omitempty"`
+
+	// ExtraVolumes are hostPath volumes mounted into one component's pod
+	// beside the rendered ones, as kubeadm's extraVolumes
+	// (apiServer.extraVolumes, ...): only that component mounts them. A
+	// volume named as a rendered one replaces it, as in kubeadm.
+	ExtraVolumes map[string][]HostPathMount `json:"extraVolumes,omitempty"`
+	// ExtraEnvs are environment variables of one component's container, as
+	// kubeadm's extraEnvs; the container's env is sorted by name, as
+	// kubeadm writes it.
+	ExtraEnvs map[string][]EnvVar `json:"extraEnvs,omitempty"`
+	// Resources replaces a component's rendered resources (kubeadm's
+	// requests: etcd cpu 100m and memory 100Mi, kube-apiserver cpu 250m,
+	// kube-controller-manager cpu 200m, kube-scheduler cpu 100m).
+	Resources map[string]Resources `json:"resources,omitempty"`
+	// Patches are kubeadm patches applied to the rendered pods, for any pod
+	// field the other fields do not carry.
+	Patches *Patches `json:"patches,omitempty"`
 }
 
 // EtcdMember is the local etcd member's identity and cluster membership.
@@ -263,7 +280,9 @@ const (
 )
 
 // Load reads, strictly decodes, defaults and validates the node state at
-// path. Every error names path and, where one is at fault, the field path.
+// path, and captures the files of patches.directory into patches.files
+// (Patches). Every error names path and, where one is at fault, the field
+// path.
 func Load(path string) (*NodeState, error) {
 	b, _, err := durable.ReadRegular(path)
 	if err != nil {
@@ -271,6 +290,9 @@ func Load(path string) (*NodeState, error) {
 	}
 	st, err := Parse(b)
 	if err != nil {
+		return nil, fmt.Errorf("node state %s: %w", path, err)
+	}
+	if err := st.capturePatches(); err != nil {
 		return nil, fmt.Errorf("node state %s: %w", path, err)
 	}
 	return st, nil

@@ -277,7 +277,7 @@ func TestValidateAdoptionFields(t *testing.T) {
 		{"ca dir ssl certs", valid + "caCertDirs: [/etc/ssl/certs]\n", "caCertDirs[0]: /etc/ssl/certs is always mounted"},
 		{"ca dir twice", valid + "caCertDirs: [/etc/pki, /etc/pki]\n", "caCertDirs[1]: /etc/pki is listed twice"},
 		{"ca dir takes a volume name", valid + "caCertDirs: [/k8s-certs]\n", `caCertDirs[0]: /k8s-certs would be mounted as volume "k8s-certs"`},
-		{"pod cidr word", valid + "networking:\n  podCIDR: nothing\n", `networking.podCIDR: must be a CIDR or "none"`},
+		{"pod cidr word", valid + "networking:\n  podCIDR: nothing\n", `networking.podCIDR: must be a CIDR, a dual-stack pair or "none"`},
 		{"dns domain", valid + "networking:\n  dnsDomain: Cluster_Local\n", "networking.dnsDomain"},
 		{"adopted digest", valid + "adoptedInputs:\n  etcd: abc\n", "adoptedInputs.etcd: must be a sha256 digest"},
 		{"adopted unknown component", valid + "adoptedInputs:\n  kube-vip: " + digest + "\n", "adoptedInputs.kube-vip: not a component this node runs"},

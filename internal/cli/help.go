@@ -102,6 +102,11 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade history 20261202T130405Z-1a2b`},
 	"audit": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade audit
   stratum-upgrade audit kube-apiserver -o json`},
+	"images": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # The images a node needs for a release, to mirror for an air-gapped site.
+  stratum-upgrade images list --to v1.36.3
+  stratum-upgrade images list --to release-v1.34.5.yaml
+  # Pull them ahead of the upgrade (run pulls what is missing anyway).
+  stratum-upgrade images pull --to v1.36.3`},
 	"version": {group: "other", noArgs: true, exits: []int{ExitOK, ExitUsage}, example: `  stratum-upgrade version -o json`},
 }
 

@@ -261,6 +261,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 
 	n.su(ExitOK, "available.json", "plan")
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "images.json", "images", "list", "--to", n.path("sched.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("same.yaml"))
 	n.su(ExitError, "", "plan", "--to", n.path("skip.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("skip.yaml"), "--ignore-preflight-errors", "all")
@@ -333,7 +334,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 		t.Errorf("init --from-kubeadm without --yes made the state directory: %v", err)
 	}
 
-	for _, s := range []string{"adopt.json", "available.json", "audit.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
+	for _, s := range []string{"adopt.json", "available.json", "audit.json", "error.json", "history-txn.json", "history.json", "images.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
 		if !n.seen[s] {
 			t.Errorf("no output was checked against %s", s)
 		}

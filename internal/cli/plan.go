@@ -130,6 +130,7 @@ refuses the release (exit 1) and says which release would be valid.
 	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	cmd.Flags().StringVar(&state, "state", "", "node state file (YAML, kind NodeState) to plan instead of a release")
 	preflightFlag(cmd, &ignore)
+	g.criFlags(cmd, false, false)
 	return cmd
 }
 
@@ -143,6 +144,9 @@ type planReport struct {
 	// IgnoredChecks are the failed pre-flight checks let through.
 	IgnoredChecks []versions.Finding `json:"ignoredChecks,omitempty"`
 	Changes       []planChange       `json:"changes"`
+	// Images is every image the transaction needs, as the container
+	// runtime has it; absent when no runtime answers.
+	Images []planImage `json:"images,omitempty"`
 }
 
 type planChange struct {
@@ -267,7 +271,11 @@ func (g *globals) showPlan(in planInput) error {
 		return err
 	}
 	g.warnIgnored(plan.Ignored)
-	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, Changes: []planChange{}}
+	imgs, err := g.planImages(plan)
+	if err != nil {
+		return err
+	}
+	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, Changes: []planChange{}, Images: imgs}
 	for _, c := range plan.Changes {
 		path := store.Path(c.Component)
 		from := path + "\t(on disk)"
@@ -293,6 +301,9 @@ func (g *globals) showPlan(in planInput) error {
 			verb = "apply"
 		}
 		fmt.Fprintf(w, "etcd's manifest changes: %s takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", verb, g.dl.EtcdBackup)
+	}
+	for _, l := range planImageLines(imgs) {
+		fmt.Fprintln(w, l)
 	}
 	for _, c := range rep.Changes {
 		fmt.Fprintln(w)

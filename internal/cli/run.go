@@ -87,6 +87,7 @@ warning; the journal records the checks a transaction was let through with.
 	}
 	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	preflightFlag(cmd, &ignore)
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -187,6 +188,7 @@ a commit it holds writes the snapshot does not.
 	}
 	cmd.Flags().BoolVar(&last, "last", false, "undo the last committed transaction (upgrade, apply, stop or start)")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -226,7 +228,7 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
-		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord,
+		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord, Images: g.engineImages(),
 	})
 	if err != nil {
 		return err
@@ -385,6 +387,11 @@ func (r *reporter) deadline(step string) (time.Duration, bool) {
 		return dl.Active, true
 	case "cluster-lock":
 		return r.g.coord.Wait, true
+	case "image-pull":
+		if r.g.cri.pullTimeout == 0 {
+			return engine.DefaultPullTimeout, true
+		}
+		return r.g.cri.pullTimeout, true
 	}
 	return 0, false
 }

@@ -195,6 +195,11 @@ var defaults = map[string]string{
 	"extraArgsOrder":              "",
 	"stopped":                     "",
 	"adoptedInputs":               "",
+	"extraVolumes":                "",
+	"extraEnvs":                   "",
+	"resources":                   "",
+	"patches.directory":           "",
+	"patches.files":               "",
 }
 
 // parsed is the node state Parse makes of b, generically.

@@ -46,6 +46,11 @@ var rejected = map[string]map[string]any{
 		"stopped":                     []any{"kube-scheduler", "kube-scheduler"},
 		"extraArgsOrder":              map[string]any{"kube-apiserver": []any{"not-an-extra-arg"}},
 		"adoptedInputs":               map[string]any{"kube-scheduler": "not-a-digest"},
+		"extraVolumes":                map[string]any{"kube-apiserver": []any{map[string]any{"name": "log", "hostPath": "var/log", "mountPath": "/var/log"}}},
+		"extraEnvs":                   map[string]any{"etcd": []any{map[string]any{"name": "A", "value": "1"}, map[string]any{"name": "A", "value": "2"}}},
+		"resources":                   map[string]any{"etcd": map[string]any{"requests": map[string]any{"cpu": "lots"}}},
+		"patches.directory":           "patches/",
+		"patches.files":               []any{map[string]any{"name": "kube-proxy.yaml", "content": "a: b"}},
 	},
 	"release.md": {
 		"apiVersion":        "v1",
