@@ -185,8 +185,8 @@ func TestMigrateV4(t *testing.T) {
 	setVersion(t, path, 4)
 
 	j = openTest(t, path, Options{})
-	if v, err := j.SchemaVersion(); err != nil || v != 5 {
-		t.Fatalf("SchemaVersion() after migration = %d, %v; want 5", v, err)
+	if v, err := j.SchemaVersion(); err != nil || v != currentVersion {
+		t.Fatalf("SchemaVersion() after migration = %d, %v; want %d", v, err, currentVersion)
 	}
 	_, err = j.Append(txn.ID, PhaseRollingBack, Record{Step: StepEtcdData, Component: "etcd", EtcdData: EtcdKeep, Why: "the old etcd ran"})
 	must(t, err)
