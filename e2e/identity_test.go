@@ -31,7 +31,7 @@ func TestForeignEtcdUnderRealKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := startHost(t, ks[0]) // the run's newest kubelet
-	n := resetNode(t, h) // before the foreign etcd: it waits for a quiet machine
+	n := resetNode(t, h)     // before the foreign etcd: it waits for a quiet machine
 	node, err := h.ComponentPIDs("etcd")
 	if err != nil || len(node) != 1 {
 		t.Fatalf("kubelet's etcd: %v, %v; want one process", node, err)
