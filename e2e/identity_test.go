@@ -26,8 +26,12 @@ import (
 // neither waited for nor taken for the replacement.
 func TestForeignEtcdUnderRealKubelet(t *testing.T) {
 	requireE2E(t)
-	h := startHost(t)
-	n := resetNode(t, h) // before the foreign etcd: it waits for a quiet machine
+	ks, _, err := kubeletsFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startHost(t, ks[0]) // the run's newest kubelet
+	n := resetNode(t, h)     // before the foreign etcd: it waits for a quiet machine
 	node, err := h.ComponentPIDs("etcd")
 	if err != nil || len(node) != 1 {
 		t.Fatalf("kubelet's etcd: %v, %v; want one process", node, err)
