@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/ciq/stratum-upgrade/adopt"
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
@@ -22,6 +20,7 @@ import (
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
+	"sigs.k8s.io/yaml"
 )
 
 // TestAdoptKubeadmOnTestBed is issue 15's criterion on the test bed: for
@@ -166,7 +165,7 @@ func adoptOnTestBed(t *testing.T, fixture, version string) {
 		// kubeadm's configuration, moved as its manifests were, so the
 		// cross-check agrees.
 		cfg := filepath.Join(root, "kubeadm.yaml")
-		if err := os.WriteFile(cfg, moveKubeadmConfig(t, move(string(b)), root, orig, ports), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(pinMoved(t, move(string(b)), root, orig, ports)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		args = append(args, "--kubeadm-config="+cfg)
@@ -254,44 +253,39 @@ func moveKubeadm(root, advertise string, st *nodestate.NodeState, ports nodestat
 	}
 }
 
-// moveKubeadmConfig is kubeadm's configuration cfg (already moved by
-// moveKubeadm) saying where the moved node runs: the cross-check compares
-// the manifests with the configuration after kubeadm's defaults, so a
-// field the fixture leaves to its default (certificatesDir /etc/kubernetes/pki,
-// etcd.local.dataDir /var/lib/etcd, localAPIEndpoint.bindPort 6443) is
-// set to the node's value, as an operator's file would say it.
-func moveKubeadmConfig(t *testing.T, cfg, root string, st *nodestate.NodeState, ports nodestate.Ports) []byte {
+// pinMoved writes into a kubeadm configuration the fields the test bed moved
+// that it leaves to kubeadm's defaults (certificatesDir, etcd's dataDir,
+// the API server's bindPort): the cross-check compares the manifests with
+// kubeadm's defaults where a field is unset, and the moved node no longer
+// runs them. A path the configuration sets was moved by move already; a
+// bindPort was not (move rewrites ports in URLs and flags only).
+func pinMoved(t *testing.T, cfg, root string, orig *nodestate.NodeState, ports nodestate.Ports) string {
 	t.Helper()
 	var docs []string
 	for _, doc := range strings.Split(cfg, "\n---\n") {
-		m := map[string]any{}
+		var m map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
 			t.Fatalf("kubeadm configuration: %v", err)
 		}
-		if len(m) == 0 {
-			continue // comments only
+		sub := func(parent map[string]any, key string) map[string]any {
+			if c, ok := parent[key].(map[string]any); ok {
+				return c
+			}
+			c := map[string]any{}
+			parent[key] = c
+			return c
+		}
+		setDefault := func(parent map[string]any, key string, v any) {
+			if _, ok := parent[key]; !ok {
+				parent[key] = v
+			}
 		}
 		switch m["kind"] {
-		case "InitConfiguration":
-			ep, _ := m["localAPIEndpoint"].(map[string]any)
-			if ep == nil {
-				ep = map[string]any{}
-			}
-			ep["bindPort"] = ports.APIServer
-			m["localAPIEndpoint"] = ep
+		case "InitConfiguration", "JoinConfiguration":
+			sub(m, "localAPIEndpoint")["bindPort"] = ports.APIServer // set or not, move leaves it
 		case "ClusterConfiguration":
-			m["certificatesDir"] = root + st.PKIDir
-			etcd, _ := m["etcd"].(map[string]any)
-			if etcd == nil {
-				etcd = map[string]any{}
-			}
-			local, _ := etcd["local"].(map[string]any)
-			if local == nil {
-				local = map[string]any{}
-			}
-			local["dataDir"] = root + st.Etcd.DataDir
-			etcd["local"] = local
-			m["etcd"] = etcd
+			setDefault(m, "certificatesDir", root+orig.PKIDir)
+			setDefault(sub(sub(m, "etcd"), "local"), "dataDir", root+orig.Etcd.DataDir)
 		}
 		b, err := yaml.Marshal(m)
 		if err != nil {
@@ -299,7 +293,7 @@ func moveKubeadmConfig(t *testing.T, cfg, root string, st *nodestate.NodeState, 
 		}
 		docs = append(docs, string(b))
 	}
-	return []byte(strings.Join(docs, "---\n"))
+	return strings.Join(docs, "---\n")
 }
 
 // processes is every component's one process on the node, by component.
