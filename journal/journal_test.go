@@ -191,13 +191,13 @@ func TestOpenRefuses(t *testing.T) {
 		{
 			name:  "newer schema",
 			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 99) },
-			want:  []string{"schema version 99", "version 5 that this stratum-upgrade knows", "nothing was written"},
+			want:  []string{"schema version 99", "version 6 that this stratum-upgrade knows", "nothing was written"},
 		},
 		{
 			name:  "newer schema read-only",
-			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 6) },
+			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 7) },
 			opt:   Options{ReadOnly: true},
-			want:  []string{"schema version 6", "version 5"},
+			want:  []string{"schema version 7", "version 6"},
 		},
 		{
 			name:  "missing read-only",

@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 5 (the current one).
+Schema of the journal file, version 6 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (5)
+	    schema_version            uint64: the schema version of this file (6)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -85,7 +85,13 @@ ignore the decision and decide again on resume, refuses the file. Version 5
 also adds the txn field "down" (the components that did not answer when the
 transaction began, which its rollback does not demand back); it came in the
 same release as etcd-data, and a version-4 binary, which would drop it when
-it rewrites a txn, is refused by the same bump.
+it rewrites a txn, is refused by the same bump. Version 6 adds the steps
+"etcd-answered" (the new etcd answered: it wrote to the data) and
+"etcd-silent" (the wait for it ended without an answer, watched from the
+old etcd's stop on), from which a rollback decides whether etcd's data
+can be kept; no older file holds one, so its migration only moves the
+version, and a version-5 binary, which would take every replaced etcd for
+one that wrote, refuses the file.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
@@ -106,7 +112,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 5
+const currentVersion = 6
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -143,6 +149,7 @@ var migrations = []migration{
 	{name: "v2 to v3: the replaced step", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v3 to v4: the ignored pre-flight checks of a txn", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v4 to v5: the etcd-data step and the txn field down", run: func(*bolt.Tx, time.Time) error { return nil }},
+	{name: "v5 to v6: the etcd-answered and etcd-silent steps", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release
@@ -213,7 +220,7 @@ func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("records/%s/%x: %w", id, k, err)
 			}
-			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData {
+			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData || r.Step == StepEtcdAnswered || r.Step == StepEtcdSilent {
 				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
 			}
 			switch {

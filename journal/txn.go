@@ -205,12 +205,20 @@ const (
 	StepEtcdData Step = "etcd-data"
 	// StepEtcdRestored: etcd's data was restored from its backup.
 	StepEtcdRestored Step = "etcd-restored"
+	// StepEtcdAnswered: the etcd an upgrade wrote answered its health
+	// endpoint, so it ran on the data and wrote to it. Schema 6.
+	StepEtcdAnswered Step = "etcd-answered"
+	// StepEtcdSilent: the wait for the etcd an upgrade wrote ended without
+	// an answer, watched by the run that wrote its manifest from the stop
+	// of the old etcd on: no newer etcd wrote to the data up to this
+	// record. Schema 6.
+	StepEtcdSilent Step = "etcd-silent"
 	// StepVerified: the transaction passed its soak and committed.
 	StepVerified Step = "verified"
 )
 
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }
