@@ -402,23 +402,38 @@ func (n *memNode) converged(want Outcome) []string {
 		}
 	}
 	bad = append(bad, n.etcd.faults...)
-	// A newer etcd ran on the data when the transaction journaled its
-	// replacement: then a rollback must restore the data.
-	etcdReplaced := false
+	// A newer etcd minor wrote to the data when the transaction journaled
+	// its answer: then a rollback must not keep the data. One that never
+	// answered (journaled silent) wrote nothing: the data is kept.
+	etcdAnswered, etcdSilent := false, false
 	if recs, err := n.j.Records(last.ID); err == nil {
 		for _, r := range recs {
-			etcdReplaced = etcdReplaced || r.Step == journal.StepReplaced && r.Component == nodestate.Etcd
+			etcdAnswered = etcdAnswered || r.Step == journal.StepEtcdAnswered && r.Component == nodestate.Etcd
+			etcdSilent = etcdSilent || r.Step == journal.StepEtcdSilent && r.Component == nodestate.Etcd
 		}
 	}
 	switch {
 	case want == Committed && n.etcd.restores > 0 && last.Kind == journal.KindUpgrade:
 		badf("etcd's data was restored %d times by a transaction that committed", n.etcd.restores)
-	case want == RolledBack && etcdReplaced && len(last.EtcdBackup) > 0 && n.etcd.restores == 0:
-		badf("the rollback of an upgrade that saw a newer etcd replace the old one never restored etcd's data")
+	case want == RolledBack && etcdAnswered && etcdMinorMoved(last) && len(last.EtcdBackup) > 0 && n.etcd.restores == 0:
+		badf("the rollback of an upgrade whose newer etcd minor answered never restored etcd's data")
+	case etcdSilent && !etcdAnswered && n.etcd.restores > 0:
+		badf("etcd's data was restored %d times, although the new etcd never answered", n.etcd.restores)
 	case n.etcdNeverReplaced && n.etcd.restores > 0:
 		badf("etcd's data was restored %d times, although no newer etcd ever ran on it", n.etcd.restores)
 	}
 	return bad
+}
+
+// etcdMinorMoved reports whether txn moved etcd to another minor.
+func etcdMinorMoved(txn journal.Txn) bool {
+	from, err1 := nodestate.Parse(txn.From)
+	to, err2 := nodestate.Parse(txn.To)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	_, _, moves := etcdMinors(&run{from: from, to: to})
+	return moves
 }
 
 // memScenario is one transaction the matrix crashes at each of its points.
@@ -447,6 +462,20 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 	noEtcd := map[fault.Point]string{}
 	for _, s := range fault.Steps {
 		noEtcd[s.Of(nodestate.Etcd)] = "the upgrade it undoes left etcd as it was (rollback --last refuses an etcd minor downgrade), so etcd is not in its plan"
+	}
+	noEtcd[fault.AfterEtcdAnswered] = noEtcd[fault.Steps[0].Of(nodestate.Etcd)]
+	// An upgrade whose new etcd never answers fails at etcd, the first
+	// component: its rollback restarts etcd alone, and keeps etcd's data.
+	silent := map[fault.Point]string{
+		fault.AfterEtcdStop:    "the new etcd never answered: etcd's data is kept, so the rollback never stops etcd to restore it",
+		fault.AfterEtcdRestore: "the new etcd never answered: etcd's data is kept, not restored",
+	}
+	for _, comp := range roster {
+		for _, s := range fault.Steps {
+			if comp != nodestate.Etcd {
+				silent[s.InRollback(comp)] = "the upgrade failed at etcd, before " + comp + " was written: the rollback does not restart it"
+			}
+		}
 	}
 	lastApplies := map[fault.Point]string{fault.AfterEtcdBackup: "a rollback --last takes no etcd backup: etcd's data after a commit holds writes the snapshot does not"}
 	for p, why := range noEtcd {
@@ -484,6 +513,20 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			want:      RolledBack,
 			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
 				return e.Run(ctx, release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
+			},
+		},
+		{
+			// The new etcd starts and exits at once, never answering:
+			// the rollback keeps etcd's data (issue 30).
+			name:      "etcd-silent",
+			points:    fault.EtcdSilentPoints(roster),
+			notOnPath: silent,
+			want:      RolledBack,
+			setup: func(t *testing.T, n *memNode) {
+				n.k.SetImageMode(etcd36, standin.ModeExitAtStart)
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Run(ctx, release(n.st, true, "", ""), nil)
 			},
 		},
 		{
