@@ -19,45 +19,52 @@ import (
 
 // decideEtcd decides, when the transaction wrote etcd's manifest, what
 // becomes of etcd's data, and journals it (StepEtcdData) before the
-// rollback stops etcd: a resume follows the journaled decision whatever
-// runs by then (kubelet may have stopped the old etcd since, or the
-// rollback's own stop). It reports whether the data is restored. For a
+// rollback stops etcd: a resume follows the journaled decision (the last
+// one: a refused downgrade journals restore after it) whatever runs by
+// then (kubelet may have stopped the old etcd since, or the rollback's own
+// stop). It returns the decision, "" when etcd was not written. For a
 // single member: kept when the transaction kept etcd within its minor (the
 // format did not change), or when no newer etcd wrote to it (the old etcd
-// served it all along, or the new one never answered); restored when a
-// newer minor answered on it (or may have). In a multi-member cluster the
-// other members hold the data: it is kept, and whether the old etcd may
-// go back at all is decided by memberEtcdDecision, which pauses or
-// refuses the rollback rather than guess.
-func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (bool, error) {
+// served it all along, or the new one never answered); downgraded when a
+// newer minor wrote to it and answers; restored when it wrote (or may
+// have) and does not answer. In a multi-member cluster the other members
+// hold the data: it is kept, and whether the old etcd may go back at all
+// is decided by memberEtcdDecision, which pauses or refuses the rollback
+// rather than guess.
+func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (string, error) {
 	if !slices.Contains(written, nodestate.Etcd) {
-		return false, nil
+		return "", nil
 	}
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd); done {
-		return true, nil // restored by a binary that journaled no decision
+		return journal.EtcdRestore, nil // restored by a binary that journaled no decision
 	}
 	if d, ok := r.find(journal.PhaseRollingBack, journal.StepEtcdData, nodestate.Etcd); ok {
-		return d.EtcdData == journal.EtcdRestore, nil
+		return d.EtcdData, nil
 	}
 	data, why := journal.EtcdKeep, ""
 	if !e.top.single() {
 		var err error
 		if why, err = e.memberEtcdDecision(ctx, r); err != nil {
-			return false, err
+			return "", err
 		}
 	} else {
 		data, why = e.singleMemberData(ctx, r, snap)
 	}
+	return data, e.journalEtcdData(r, data, why)
+}
+
+// journalEtcdData journals the decision data about etcd's data, and tells.
+func (e *Engine) journalEtcdData(r *run, data, why string) error {
 	msg := "etcd's data is kept: " + why
-	if data == journal.EtcdRestore {
+	switch data {
+	case journal.EtcdRestore:
 		msg = "etcd's data is restored from its backup: " + why
+	case journal.EtcdDowngrade:
+		msg = "etcd's data is downgraded with etcd's downgrade protocol: " + why
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-data", nodestate.Etcd, "", msg)
 	rec := journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: data, Why: why}
-	if err := e.append(r, journal.PhaseRollingBack, rec); err != nil {
-		return false, err
-	}
-	return data == journal.EtcdRestore, nil
+	return e.append(r, journal.PhaseRollingBack, rec)
 }
 
 // singleMemberData is whether a single member's data is restored, and why.
@@ -84,7 +91,7 @@ func (e *Engine) singleMemberData(ctx context.Context, r *run, snap *snapshot.Lo
 	case etcdRanStale, etcdRanSilent:
 		return journal.EtcdKeep, "no newer etcd wrote to it: " + why
 	}
-	return journal.EtcdRestore, "a newer etcd wrote to it, or may have: " + why
+	return e.downgradeOrRestore(ctx, r, why)
 }
 
 // orMinor is from, or when the versions of etcd cannot be read the image

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,10 +209,37 @@ func (s modelStore) Stop(ctx context.Context, st *nodestate.NodeState, name stri
 // is counted, and one done while an etcd process runs is recorded as a
 // fault.
 type fakeEtcd struct {
-	k        *kubeletmodel.Kubelet
-	backups  int
-	restores int
-	faults   []string
+	k          *kubeletmodel.Kubelet
+	backups    int
+	restores   int
+	downgrades int
+	// refuse, when set, is what every Downgrade fails with (etcd refused
+	// it): the rollback falls back to the backup.
+	refuse error
+	faults []string
+}
+
+// fakeRevision is the revision the fake etcd reports: the backup's (7)
+// plus the writes since.
+const fakeRevision = 49
+
+func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target string, _ time.Duration) (etcddata.Downgraded, error) {
+	t, err := manifest.Target(st, nodestate.Etcd)
+	if err != nil {
+		return etcddata.Downgraded{}, err
+	}
+	if !f.k.Active(context.Background(), t) {
+		f.faults = append(f.faults, "etcd's data downgraded while the new etcd does not answer")
+	}
+	if f.refuse != nil {
+		return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
+	}
+	f.downgrades++
+	return etcddata.Downgraded{StorageVersion: target + ".0", Revision: fakeRevision}, nil
+}
+
+func (f *fakeEtcd) Revision(context.Context, *nodestate.NodeState) (int64, error) {
+	return fakeRevision, nil
 }
 
 func (f *fakeEtcd) Backup(_ context.Context, _ *nodestate.NodeState, path string) (*etcddata.Backup, error) {
@@ -415,14 +443,28 @@ func (n *memNode) converged(want Outcome) []string {
 	switch {
 	case want == Committed && n.etcd.restores > 0 && last.Kind == journal.KindUpgrade:
 		badf("etcd's data was restored %d times by a transaction that committed", n.etcd.restores)
-	case want == RolledBack && etcdAnswered && etcdMinorMoved(last) && len(last.EtcdBackup) > 0 && n.etcd.restores == 0:
-		badf("the rollback of an upgrade whose newer etcd minor answered never restored etcd's data")
+	case want == RolledBack && etcdAnswered && etcdMinorMoved(last) && len(last.EtcdBackup) > 0 && n.etcd.restores == 0 && n.etcd.downgrades == 0:
+		badf("the rollback of an upgrade whose newer etcd minor answered never restored etcd's data, nor downgraded it")
+	case n.etcd.restores > 0 && n.etcd.refuse == nil && etcdDowngraded(n.j, last.ID):
+		badf("etcd's data was restored %d times after it was downgraded", n.etcd.restores)
 	case etcdSilent && !etcdAnswered && n.etcd.restores > 0:
 		badf("etcd's data was restored %d times, although the new etcd never answered", n.etcd.restores)
 	case n.etcdNeverReplaced && n.etcd.restores > 0:
 		badf("etcd's data was restored %d times, although no newer etcd ever ran on it", n.etcd.restores)
 	}
 	return bad
+}
+
+// etcdDowngraded reports whether transaction id journaled etcd's data
+// downgraded.
+func etcdDowngraded(j *journal.Journal, id string) bool {
+	recs, _ := j.Records(id)
+	for _, r := range recs {
+		if r.Step == journal.StepEtcdDowngraded {
+			return true
+		}
+	}
+	return false
 }
 
 // etcdMinorMoved reports whether txn moved etcd to another minor.
@@ -467,8 +509,9 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 	// An upgrade whose new etcd never answers fails at etcd, the first
 	// component: its rollback restarts etcd alone, and keeps etcd's data.
 	silent := map[fault.Point]string{
-		fault.AfterEtcdStop:    "the new etcd never answered: etcd's data is kept, so the rollback never stops etcd to restore it",
-		fault.AfterEtcdRestore: "the new etcd never answered: etcd's data is kept, not restored",
+		fault.AfterEtcdDowngrade: "the new etcd never answered: etcd's data is kept, not downgraded",
+		fault.AfterEtcdStop:      "the new etcd never answered: etcd's data is kept, so the rollback never stops etcd to restore it",
+		fault.AfterEtcdRestore:   "the new etcd never answered: etcd's data is kept, not restored",
 	}
 	for _, comp := range roster {
 		for _, s := range fault.Steps {
@@ -482,8 +525,9 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 		lastApplies[p] = why
 	}
 	lastRollsBack := map[fault.Point]string{
-		fault.AfterEtcdStop:    "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
-		fault.AfterEtcdRestore: "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
+		fault.AfterEtcdDowngrade: "the rollback-last did not rewrite etcd: etcd's data is not downgraded",
+		fault.AfterEtcdStop:      "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
+		fault.AfterEtcdRestore:   "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
 	}
 	for _, s := range fault.Steps {
 		lastRollsBack[s.InRollback(nodestate.Etcd)] = "etcd was not written and its data not restored, so the rollback does not restart it"
@@ -497,6 +541,13 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			lastRollsBack[s.InRollback(nodestate.KubeVIP)] = failing[s.InRollback(nodestate.KubeVIP)]
 		}
 	}
+	// Its newer etcd answered: its data goes back by etcd's downgrade
+	// protocol, not by the backup, unless etcd refuses the downgrade.
+	downgrades := maps.Clone(failing)
+	downgrades[fault.AfterEtcdStop] = "etcd 3.6 answers, so etcd's downgrade protocol keeps its data: the rollback never stops etcd to restore it"
+	downgrades[fault.AfterEtcdRestore] = downgrades[fault.AfterEtcdStop]
+	restores := maps.Clone(failing)
+	restores[fault.AfterEtcdDowngrade] = "etcd refuses the downgrade: the rollback restores the backup instead"
 	return []memScenario{
 		{
 			name:   "upgrade",
@@ -509,8 +560,21 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 		{
 			name:      "rollback",
 			points:    fault.RollbackPoints(roster),
-			notOnPath: failing,
+			notOnPath: downgrades,
 			want:      RolledBack,
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Run(ctx, release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
+			},
+		},
+		{
+			// etcd refuses the downgrade: the backup is the last resort.
+			name:      "rollback-restore",
+			points:    fault.RollbackPoints(roster),
+			notOnPath: restores,
+			want:      RolledBack,
+			setup: func(t *testing.T, n *memNode) {
+				n.etcd.refuse = fmt.Errorf("%w: the test refuses it", etcddata.ErrDowngradeRefused)
+			},
 			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
 				return e.Run(ctx, release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
 			},

@@ -34,6 +34,7 @@ const (
 // The points of a rollback.
 const (
 	AfterRollingBack   Point = "after-rolling-back"
+	AfterEtcdDowngrade Point = "after-etcd-downgrade"
 	AfterEtcdStop      Point = "after-etcd-stop"
 	AfterEtcdRestore   Point = "after-etcd-restore"
 	AfterRestore       Point = "after-restore"
@@ -92,7 +93,7 @@ func EtcdSilentPoints(roster []string) []Point {
 
 // RollbackPoints is every point of a rollback over roster, in order.
 func RollbackPoints(roster []string) []Point {
-	pts := []Point{AfterRollingBack, AfterEtcdStop, AfterEtcdRestore, AfterRestore}
+	pts := []Point{AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore}
 	for _, comp := range roster {
 		for _, s := range Steps {
 			pts = append(pts, s.InRollback(comp))
@@ -104,5 +105,5 @@ func RollbackPoints(roster []string) []Point {
 // Fixed is every point that names no component, for the docs.
 func Fixed() []Point {
 	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterEtcdAnswered, AfterEtcdSilent, AfterApply, BeforeCommit, AfterCommit,
-		AfterRollingBack, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
+		AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
 }

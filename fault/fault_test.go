@@ -13,7 +13,7 @@ func TestPointsUniqueAndOrdered(t *testing.T) {
 	if got, want := len(up), 7+len(Steps)*len(roster); got != want {
 		t.Errorf("%d upgrade points, want %d", got, want)
 	}
-	if got, want := len(rb), 5+len(Steps)*len(roster); got != want {
+	if got, want := len(rb), 6+len(Steps)*len(roster); got != want {
 		t.Errorf("%d rollback points, want %d", got, want)
 	}
 	if i := slices.Index(up, AfterEtcdAnswered); i < 1 || up[i-1] != AfterReplaced.Of("etcd") {
@@ -31,11 +31,11 @@ func TestPointsUniqueAndOrdered(t *testing.T) {
 		}
 		seen[p] = true
 	}
-	if up[3] != "before-write:etcd" || rb[4] != "rollback-before-write:etcd" {
-		t.Errorf("step points: %s, %s", up[3], rb[4])
+	if up[3] != "before-write:etcd" || rb[5] != "rollback-before-write:etcd" {
+		t.Errorf("step points: %s, %s", up[3], rb[5])
 	}
-	if up[4] != "after-stop:etcd" || rb[5] != "rollback-after-stop:etcd" {
-		t.Errorf("the stop's points: %s, %s", up[4], rb[5])
+	if up[4] != "after-stop:etcd" || rb[6] != "rollback-after-stop:etcd" {
+		t.Errorf("the stop's points: %s, %s", up[4], rb[6])
 	}
 	for _, p := range Fixed() {
 		if !seen[p] {

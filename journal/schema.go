@@ -89,7 +89,9 @@ it rewrites a txn, is refused by the same bump. Version 6 adds the steps
 "etcd-answered" (the new etcd answered: it wrote to the data) and
 "etcd-silent" (the wait for it ended without an answer, watched from the
 old etcd's stop on), from which a rollback decides whether etcd's data
-can be kept; no older file holds one, so its migration only moves the
+can be kept, the etcd-data decision "downgrade" and the step
+"etcd-downgraded" (etcd's downgrade protocol moved the data back a minor);
+no older file holds one, so its migration only moves the
 version, and a version-5 binary, which would take every replaced etcd for
 one that wrote, refuses the file.
 
@@ -220,7 +222,7 @@ func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("records/%s/%x: %w", id, k, err)
 			}
-			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData || r.Step == StepEtcdAnswered || r.Step == StepEtcdSilent {
+			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData || r.Step == StepEtcdAnswered || r.Step == StepEtcdSilent || r.Step == StepEtcdDowngraded {
 				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
 			}
 			switch {
