@@ -47,7 +47,20 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdDowngraded, nodestate.Etcd); done {
 		return journal.EtcdDowngrade, nil
 	}
-	from, _, _ := etcdMinors(r)
+	from, to, _ := etcdMinors(r)
+	t, err := manifest.Target(r.to, nodestate.Etcd)
+	if err != nil {
+		return "", err
+	}
+	// A resume after a reboot finds kubelet starting the new etcd again:
+	// it is waited for, not taken for one that cannot downgrade.
+	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("%w: %v", errResumable, err)
+		}
+		why := fmt.Sprintf("etcd %s no longer answers (%v), so etcd's downgrade protocol cannot run: %s", to, err, e.backupLoses(ctx, r))
+		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
+	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-downgrade", nodestate.Etcd, "etcd's storage version to be "+from, "downgrading etcd's data to "+from+" with etcd's downgrade protocol")
 	got, err := e.etcd.Downgrade(ctx, r.to, from, e.dl.EtcdBackup)
 	if err != nil {
@@ -55,10 +68,7 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 			return "", fmt.Errorf("%w: %v", errResumable, err)
 		}
 		why := fmt.Sprintf("etcd's downgrade protocol failed (%v): %s", err, loses(r, got.Revision))
-		if err := e.journalEtcdData(r, journal.EtcdRestore, why); err != nil {
-			return "", err
-		}
-		return journal.EtcdRestore, nil
+		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
 	}
 	e.hit(fault.AfterEtcdDowngrade)
 	why := fmt.Sprintf("storage version %s at revision %d", got.StorageVersion, got.Revision)
