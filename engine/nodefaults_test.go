@@ -144,11 +144,13 @@ func (s stopFails) Stop(_ context.Context, st *nodestate.NodeState, name string,
 	return errors.New("waiting for etcd to exit: timed out after 10s; last failure: still running: pid 7 (started tick 3)")
 }
 
-// Defect 2: a rollback whose etcd stop fails after the manifest was
-// removed must not close the transaction: the node has no etcd manifest.
-// It stays open, and resume finishes the rollback.
+// Defect 2: a rollback whose etcd stop (for its data restore) fails after
+// the manifest was removed must not close the transaction: the node has no
+// etcd manifest. It stays open, and resume finishes the rollback. (etcd
+// refuses the downgrade, so the data is restored and etcd stopped for it.)
 func TestRollbackEtcdStopFailureStaysOpen(t *testing.T) {
 	n := newMemNode(t)
+	n.etcd.refuse = etcddata.ErrDowngradeRefused
 	n.before = n.manifests()
 	res, err := n.engineWith(stopFails{modelStore{n.store, n.k}}, nil).Run(t.Context(), release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
 	if !errors.Is(err, ErrStillOpen) {
