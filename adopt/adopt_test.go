@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeadmgen"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -20,7 +21,15 @@ func fixtures(t *testing.T) []string {
 	if err != nil || len(dirs) < 8 {
 		t.Fatalf("kubeadm fixtures: %v %v: want 2 versions x 4 configurations", dirs, err)
 	}
-	return dirs
+	// Those the node state cannot yet express are expected to restart
+	// (kubeadmgen.TestAdoptFixtures fails once they no longer do).
+	return slices.DeleteFunc(dirs, func(d string) bool {
+		why, ok := kubeadmgen.NeedsModel[filepath.Base(d)]
+		if ok {
+			t.Logf("%s: left out, kubeadmgen.NeedsModel: %s", d, why)
+		}
+		return ok
+	})
 }
 
 func check(t *testing.T, dir string) *Plan {
@@ -183,7 +192,9 @@ func TestHandEditsAreNamed(t *testing.T) {
 	}
 
 	dir, cfg = copyFixture(t, "v1.37.2", "defaults")
-	edit(t, filepath.Join(dir, "kube-scheduler.yaml"), "    name: kube-scheduler\n", "    name: kube-scheduler\n    env:\n    - name: GODEBUG\n      value: x509sha1=1\n")
+	// An argument that is no --flag: no extra arg holds it, and a patch
+	// may not change the command line.
+	edit(t, filepath.Join(dir, "kube-scheduler.yaml"), "    - kube-scheduler\n", "    - kube-scheduler\n    - -v=4\n")
 	// A flag added by hand is an extra arg: no restart.
 	edit(t, filepath.Join(dir, "kube-controller-manager.yaml"), "    - --use-service-account-credentials=true\n", "    - --use-service-account-credentials=true\n    - --v=2\n")
 	src, err = ReadKubeadm(dir, cfg)
@@ -198,8 +209,11 @@ func TestHandEditsAreNamed(t *testing.T) {
 		t.Fatalf("Restarts = %v, want kube-scheduler alone", got)
 	}
 	why := strings.Join(p.Components[3].Why, "; ")
-	if !strings.Contains(why, "spec.containers[kube-scheduler].env") {
-		t.Errorf("why = %q, want the env named", why)
+	if !strings.Contains(why, "-v=4") {
+		t.Errorf("why = %q, want the argument named", why)
+	}
+	if p.State.Patches != nil {
+		t.Errorf("a patch was kept for an unexpressible difference: %+v", p.State.Patches)
 	}
 	if !slices.Equal(p.State.ExtraArgs[nodestate.ControllerManager]["v"], nodestate.ArgValues{"2"}) {
 		t.Errorf("extra args %v, want the hand-added --v=2", p.State.ExtraArgs)

@@ -19,9 +19,11 @@ import (
 // fields come from the components' flags and images (kubeadm's
 // configuration, when read, only cross-checks them: Notes), and every
 // flag the render of those fields would not write with the same value
-// becomes an extra arg. What no field or extra arg can express (a flag
-// kubeadm left out that stratum renders, a probe or volume of another
-// shape) is left for Check to report.
+// becomes an extra arg. Volumes, environment variables and resources
+// beyond the render become extraVolumes, extraEnvs and resources, and any
+// other difference kubelet would see a patch (addPodFields). What none of
+// them can express (a flag kubeadm left out that stratum renders, an
+// argument that is no flag) is left for Check to report.
 func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 	api := flagsOf(src.Pods[nodestate.KubeAPIServer])
 	cm := flagsOf(src.Pods[nodestate.ControllerManager])
@@ -84,7 +86,7 @@ func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 			break
 		}
 	}
-	st.CACertDirs = caCertDirsOf(src.Pods[nodestate.KubeAPIServer], st.PKIDir)
+	st.CACertDirs = caCertDirsOf(src.Pods[nodestate.KubeAPIServer])
 	ports := []struct {
 		p    *int
 		comp string
@@ -120,6 +122,9 @@ func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 		return nil, nil, refuse("the state derived from %s is not valid: %v", src.Dir, err)
 	}
 	if err := addExtraArgs(src, st); err != nil {
+		return nil, nil, err
+	}
+	if err := addPodFields(src, st); err != nil {
 		return nil, nil, err
 	}
 	return st, crossCheck(src.Config, st), nil
@@ -261,12 +266,21 @@ func cleanDir(d string) string {
 }
 
 // caCertDirsOf is the CA certificate directories pod (kubeadm's
-// kube-apiserver) mounts beside /etc/ssl/certs: every host path it mounts
-// but /etc/ssl/certs and the PKI directory, in the order of the volumes.
-func caCertDirsOf(pod *corev1.Pod, pkiDir string) []string {
+// kube-apiserver) mounts beside /etc/ssl/certs, in the order of its
+// volumes: exactly those of kubeadmCACertDirs it mounts as kubeadm does
+// (named after the path, read-only, DirectoryOrCreate). Any other volume
+// (an audit log directory, an admission configuration) is an extra volume
+// of the component that has it (addPodFields), not a CA directory, which
+// the render mounts read-only into kube-controller-manager too.
+func caCertDirsOf(pod *corev1.Pod) []string {
 	var out []string
 	for _, v := range pod.Spec.Volumes {
-		if v.HostPath == nil || v.Name == "ca-certs" || v.HostPath.Path == pkiDir {
+		if v.HostPath == nil || !slices.Contains(kubeadmCACertDirs, v.HostPath.Path) || v.Name != strings.ReplaceAll(v.HostPath.Path, "/", "-")[1:] ||
+			v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+			continue
+		}
+		i := slices.IndexFunc(pod.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name })
+		if i < 0 || !pod.Spec.Containers[0].VolumeMounts[i].ReadOnly || pod.Spec.Containers[0].VolumeMounts[i].MountPath != v.HostPath.Path {
 			continue
 		}
 		out = append(out, v.HostPath.Path)

@@ -80,7 +80,11 @@ func BenchmarkDetection(b *testing.B) {
 	n := replacements()
 	for i := range n {
 		tag := testbed.KubeTags[(i+1)%len(testbed.KubeTags)]
-		rel := release(version, map[string]string{comp: testbed.ModeImage(comp, tag, standin.ModeHealthy)})
+		v := version
+		if comp == nodestate.KubeAPIServer {
+			v = tag // the control plane's version is kube-apiserver's
+		}
+		rel := release(v, map[string]string{comp: testbed.ModeImage(comp, tag, standin.ModeHealthy)})
 		res, err := r.run(rel)
 		if err != nil || res.Outcome != engine.Committed {
 			b.Fatalf("replacement %d: Run: %+v %v", i, res, err)

@@ -36,6 +36,10 @@ state = "{{root}}/containerd/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{{root}}/cni/bin"
     conf_dir = "{{root}}/cni/net.d"
+  # registry hosts (hosts.toml) per registry name: the loopback registry
+  # of e2e/registry.go
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{{root}}/containerd/certs.d"
 `
 
 func (h *Host) startContainerd(ctx context.Context) error {

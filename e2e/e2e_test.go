@@ -58,7 +58,9 @@ func TestRealKubelet(t *testing.T) {
 		// (STANDIN_CRASH_AFTER's default) and kubelet restarts it: only
 		// the soak can see that. Default deadlines.
 		rel := n.saveRelease(t, "v1.34.5-scheduler-crash-after", engine.Release{
-			APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: "v1.34.5",
+			// kube-apiserver stays at the node's v1.34.4: so does the
+			// control plane's version.
+			APIVersion: engine.ReleaseAPIVersion, Kind: engine.ReleaseKind, KubernetesVersion: "v1.34.4",
 			Images: map[string]string{nodestate.Scheduler: testbed.ModeImage(nodestate.Scheduler, "v1.34.5", standin.ModeCrashAfter)},
 		})
 		r := n.run(t, runOpts{}, "run", "--to", rel)

@@ -175,6 +175,9 @@ func (n *node) writeRelease(t *testing.T, name string, etcd36 bool, fail string,
 	if etcd36 {
 		r.Images[nodestate.Etcd] = etcdbuild.Builds[1].Image
 	}
+	// The control plane's version is kube-apiserver's, a stand-in mode's
+	// pre-release tag included (v1.34.5-unhealthy).
+	r.KubernetesVersion = nodestate.ImageTag(r.Images[nodestate.KubeAPIServer])
 	return n.saveRelease(t, name, r)
 }
 

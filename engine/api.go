@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/journal"
@@ -114,7 +115,7 @@ func (e *Engine) Run(ctx context.Context, rel *Release, raw []byte) (Result, err
 // journaled with the transaction (journal.Txn.IgnoredChecks) and each is
 // reported as a "preflight" event.
 func (e *Engine) RunWith(ctx context.Context, rel *Release, raw []byte, opts UpgradeOptions) (Result, error) {
-	return e.change(ctx, journal.KindUpgrade, raw, func(p *Plan) string { return describe(p, true) }, func(t topology) (*Plan, error) {
+	return e.change(ctx, journal.KindUpgrade, raw, opts.IgnorePreflight, func(p *Plan) string { return describe(p, true) }, func(t topology) (*Plan, error) {
 		opts.members = t.members
 		return e.PlanWith(ctx, rel, opts)
 	})
@@ -139,7 +140,7 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 // *StateChangeError, nothing written. The transaction is of kind upgrade,
 // with no release.
 func (e *Engine) Apply(ctx context.Context, to *nodestate.NodeState, opts UpgradeOptions) (Result, error) {
-	return e.change(ctx, journal.KindUpgrade, nil, func(p *Plan) string { return describe(p, false) }, func(t topology) (*Plan, error) {
+	return e.change(ctx, journal.KindUpgrade, nil, opts.IgnorePreflight, func(p *Plan) string { return describe(p, false) }, func(t topology) (*Plan, error) {
 		opts.members = t.members
 		return e.PlanState(ctx, to, opts)
 	})
@@ -148,9 +149,10 @@ func (e *Engine) Apply(ctx context.Context, to *nodestate.NodeState, opts Upgrad
 // change begins and drives a transaction of kind of the plan that plan
 // returns, given this node's topology (read here, once, from the live
 // cluster), once no transaction is open. raw is the release file a run was
-// given, journaled as the transaction's Release; what is the begin event's
-// account of the plan.
-func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(*Plan) string, plan func(topology) (*Plan, error)) (Result, error) {
+// given, journaled as the transaction's Release; ignore names the image
+// pre-flight findings to let through (UpgradeOptions.IgnorePreflight);
+// what is the begin event's account of the plan.
+func (e *Engine) change(ctx context.Context, kind string, raw []byte, ignore []string, what func(*Plan) string, plan func(topology) (*Plan, error)) (Result, error) {
 	if open, err := e.j.OpenTxn(); err != nil {
 		return Result{}, err
 	} else if open != nil {
@@ -165,7 +167,14 @@ func (e *Engine) change(ctx context.Context, kind string, raw []byte, what func(
 		if err != nil {
 			return nil, err
 		}
-		return &beginning{plan: p, release: raw, what: what(p)}, nil
+		subject := kind + " of " + strings.Join(p.Changed(), ", ")
+		switch {
+		case raw != nil:
+			subject = "release " + p.To.KubernetesVersion
+		case kind == journal.KindUpgrade:
+			subject = "node state " + p.To.KubernetesVersion
+		}
+		return &beginning{plan: p, release: raw, what: what(p), ignore: ignore, subject: subject}, nil
 	})
 }
 

@@ -8,7 +8,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -25,6 +27,10 @@ type beginning struct {
 	source string
 	// what is the begin event's account of the plan.
 	what string
+	// ignore names the image pre-flight findings let through; subject
+	// names the transaction in a refusal ("release v1.37.2").
+	ignore  []string
+	subject string
 }
 
 // begin begins and drives a transaction of kind on the node of state st
@@ -44,6 +50,9 @@ func (e *Engine) begin(ctx context.Context, kind string, st *nodestate.NodeState
 	}
 	if terr != nil {
 		return Result{}, terr
+	}
+	if err := e.imagePreflight(ctx, b); err != nil {
+		return Result{}, err
 	}
 	p := b.plan
 	from, err := p.From.Marshal()
@@ -73,4 +82,23 @@ func (e *Engine) begin(ctx context.Context, kind string, st *nodestate.NodeState
 		e.hit(fault.AfterBegin)
 		return e.drive(ctx, &txn)
 	})
+}
+
+// imagePreflight is the ImagePull check of b's plan, before the rollout
+// lock and before anything is written: a refusal is a *PreflightError
+// that also carries the checks the plan let through; the findings it lets
+// through join b.plan.Ignored, to be journaled with the transaction.
+func (e *Engine) imagePreflight(ctx context.Context, b *beginning) error {
+	findings, err := e.ensureImages(ctx, b.plan)
+	if err != nil {
+		return err
+	}
+	ignored, err := preflight{ignore: b.ignore, subject: b.subject}.settle(findings)
+	var pe *PreflightError
+	if errors.As(err, &pe) {
+		pe.Ignored = append(slices.Clone(b.plan.Ignored), pe.Ignored...)
+		return pe
+	}
+	b.plan.Ignored = append(b.plan.Ignored, ignored...)
+	return nil
 }

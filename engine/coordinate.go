@@ -143,7 +143,7 @@ func versionsOf(st *nodestate.NodeState) string {
 	if st == nil {
 		return ""
 	}
-	return fmt.Sprintf("kubernetes %s, etcd %s", st.KubernetesVersion, st.Images[nodestate.Etcd])
+	return fmt.Sprintf("kubernetes %s, etcd %s", st.KubernetesVersion, st.Image(nodestate.Etcd))
 }
 
 func (e *Engine) endpointsPath() string {

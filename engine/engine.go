@@ -106,6 +106,9 @@ type Config struct {
 	// for its member list and the rollout lock; default etcddata.Endpoint
 	// (tests reach a plain-http etcd through it).
 	EtcdClient func(*nodestate.NodeState) etcddata.ClientConfig
+	// Images configures the image pre-flight (images.go); its zero value
+	// makes none.
+	Images Images
 }
 
 // Engine runs transactions. It is not safe for concurrent use; the journal's
@@ -123,7 +126,10 @@ type Engine struct {
 	crash func(fault.Point)
 	// noCgroupOnce says once that the pod cgroups cannot be watched.
 	noCgroupOnce sync.Once
-	coord        Coordination
+	images       Images
+	// noRuntimeOnce says once that no container runtime answers.
+	noRuntimeOnce sync.Once
+	coord         Coordination
 	// hold is the rollout lock while a transaction of a multi-member
 	// cluster is driven (nil otherwise).
 	hold *cluster.Hold
@@ -144,7 +150,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, coord: cfg.Coordination, etcdClient: cfg.EtcdClient}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

@@ -102,6 +102,9 @@ func release(st *nodestate.NodeState, etcd36 bool, fail string, mode standin.Mod
 			r.Images[comp] = testbed.ModeImage(comp, tag, standin.ModeHealthy)
 		}
 	}
+	// The control plane's version is kube-apiserver's, a stand-in mode's
+	// pre-release tag included (v1.34.5-unhealthy).
+	r.KubernetesVersion = nodestate.ImageTag(r.Images[nodestate.KubeAPIServer])
 	return r
 }
 
@@ -482,6 +485,7 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 		rel := release(f.node.State, true, nodestate.Scheduler, standin.ModeNeverListen)
 		delete(rel.Images, nodestate.KubeAPIServer)
 		delete(rel.Images, nodestate.ControllerManager)
+		rel.KubernetesVersion = f.node.State.KubernetesVersion // kube-apiserver stays
 		before := map[string][]proc.Process{}
 		for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager} {
 			tg, _ := manifest.Target(f.node.State, comp)

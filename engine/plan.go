@@ -272,11 +272,11 @@ func etcdMinor(image string) (int, int, bool) {
 // one and the older etcd refuses to start on it, taking the control plane
 // down until the automatic rollback. etcd has its own downgrade procedure.
 func checkEtcdDowngrade(cur, old *nodestate.NodeState) error {
-	curMaj, curMin, ok1 := etcdMinor(cur.Images[nodestate.Etcd])
-	oldMaj, oldMin, ok2 := etcdMinor(old.Images[nodestate.Etcd])
+	curMaj, curMin, ok1 := etcdMinor(cur.Image(nodestate.Etcd))
+	oldMaj, oldMin, ok2 := etcdMinor(old.Image(nodestate.Etcd))
 	if !ok1 || !ok2 || oldMaj > curMaj || oldMaj == curMaj && oldMin >= curMin {
 		return nil
 	}
 	return fmt.Errorf("rollback --last would move etcd from %s down to %s: etcd %d.%d refuses to start on data a %d.%d member has run on (the cluster version is stored in the data); downgrade etcd with its own procedure (etcdctl downgrade validate/enable) first, or run an upgrade to a release that keeps etcd at %d.%d",
-		cur.Images[nodestate.Etcd], old.Images[nodestate.Etcd], oldMaj, oldMin, curMaj, curMin, curMaj, curMin)
+		cur.Image(nodestate.Etcd), old.Image(nodestate.Etcd), oldMaj, oldMin, curMaj, curMin, curMaj, curMin)
 }

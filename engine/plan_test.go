@@ -32,7 +32,7 @@ func TestPlanEditedByHand(t *testing.T) {
 		t.Errorf("same release over a hand edit: %+v, want edited by hand and not released", plan.Changes[0])
 	}
 
-	rel.KubernetesVersion = "v1.34.5"
+	// kube-apiserver, and so kubernetesVersion, stays.
 	rel.Images["kube-scheduler"] = "registry.k8s.io/kube-scheduler:v1.34.5"
 	rel.Images["kube-controller-manager"] = "registry.k8s.io/kube-controller-manager:v1.34.5"
 	if plan, err = e.Plan(rel); err != nil {

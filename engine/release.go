@@ -19,8 +19,9 @@ const (
 )
 
 // Release is what an upgrade moves a node to: a Kubernetes version and the
-// image of each component it changes. A component the release does not name
-// keeps its image. A release may name kube-vip for a node without a VIP (a
+// image of each component it pins. A component the release does not name
+// keeps its pinned image; one the node does not pin runs from the node's
+// imageRepository at the new version (nodestate.NodeState.Image). A release may name kube-vip for a node without a VIP (a
 // release is cluster-wide); that image is then unused.
 type Release struct {
 	// APIVersion is the schema of the document: stratum.ciq.com/v1.
@@ -31,9 +32,10 @@ type Release struct {
 	// it becomes the node state's kubernetesVersion.
 	KubernetesVersion string `json:"kubernetesVersion"`
 	// Images holds the new image reference of each component the release
-	// changes, by component name; a component it does not name keeps its
-	// image, and one the node does not run is ignored.
-	Images map[string]string `json:"images"`
+	// pins, by component name; a component it does not name keeps its
+	// pinned image (or, unpinned, runs from the node's imageRepository at
+	// kubernetesVersion), and one the node does not run is ignored.
+	Images map[string]string `json:"images,omitempty"`
 	// Versions gives the version of an image the release names whose tag
 	// is not a version (pinned by digest), as the node state's versions
 	// field does.
@@ -55,9 +57,6 @@ func ParseRelease(b []byte) (*Release, error) {
 	}
 	if _, err := nodestate.ParseKubernetesVersion(r.KubernetesVersion); err != nil {
 		problems = append(problems, fmt.Sprintf("kubernetesVersion: must look like v1.34.5, got %q", r.KubernetesVersion))
-	}
-	if len(r.Images) == 0 {
-		problems = append(problems, "images: required: name the image of at least one component")
 	}
 	for _, n := range slices.Sorted(maps.Keys(r.Images)) {
 		if !manifest.IsName(n) {
@@ -101,9 +100,12 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		if !slices.Contains(roster, n) {
 			continue
 		}
-		if to.Images[n] != img {
+		if to.Image(n) != img {
 			// The node's explicit version was that of the old image.
 			delete(to.Versions, n)
+		}
+		if to.Images == nil {
+			to.Images = map[string]string{}
 		}
 		to.Images[n] = img
 		if v, ok := r.Versions[n]; ok {

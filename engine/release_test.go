@@ -44,7 +44,6 @@ func TestParseRelease(t *testing.T) {
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimage: {etcd: e}\n":                      `line 4: unknown field "image" (did you mean "images"?)`,
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: e}\n---\nkind: Release\n": "line 5: a second YAML document starts here; the file must hold one Release only",
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: 1.34\nimages: {etcd: e}\n":                        "kubernetesVersion",
-		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {}\n":                            "images: required",
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages: {etcd: ''}":                      "empty image",
 		"apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimagez: {}\n":                            "unknown field",
 	} {

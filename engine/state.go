@@ -111,6 +111,9 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 	if err := CheckIgnore(pf.ignore); err != nil {
 		return nil, err
 	}
+	if err := checkKubernetesVersion(st, to); err != nil {
+		return nil, fmt.Errorf("%s: %w", pf.subject, err)
+	}
 	findings := versions.UpgradePath(st, to)
 	plan, err := planChanges(store, st, to)
 	if err != nil {
@@ -155,4 +158,19 @@ func describe(plan *Plan, release bool) string {
 		what = "upgrade to " + plan.To.KubernetesVersion
 	}
 	return fmt.Sprintf("%s: %s change", what, strings.Join(plan.Changed(), ", "))
+}
+
+// checkKubernetesVersion refuses a target whose kubernetesVersion is not
+// kube-apiserver's version (*nodestate.KubernetesVersionError): the node
+// state would say one version while the control plane runs another. A
+// disagreement the node has already (the same kubernetesVersion and
+// kube-apiserver image on both sides, as a node state recorded before the
+// check) is not the change's doing, and is let through so that such a node
+// can still be rendered and changed.
+func checkKubernetesVersion(st, to *nodestate.NodeState) error {
+	err := to.CheckKubernetesVersion()
+	if err == nil || st.KubernetesVersion == to.KubernetesVersion && st.Image(nodestate.KubeAPIServer) == to.Image(nodestate.KubeAPIServer) {
+		return nil
+	}
+	return err
 }

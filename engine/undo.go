@@ -70,7 +70,7 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 		if err := e.trustSource(&journal.Txn{Kind: journal.KindRollbackLast, Source: u.source}); err != nil {
 			return nil, fmt.Errorf("rollback --last: %w", err)
 		}
-		return &beginning{plan: u.plan, source: u.source, what: u.what}, nil
+		return &beginning{plan: u.plan, source: u.source, what: u.what, subject: "rollback --last"}, nil
 	})
 }
 

@@ -195,7 +195,7 @@ func (e *Engine) Start(ctx context.Context, comps []string) (Result, error) {
 // plan makes from the journal's node state; its begin event reads
 // "KIND: COMPONENTS". plan is given the node's topology too.
 func (e *Engine) verb(ctx context.Context, kind string, plan func(*nodestate.NodeState, topology) (*Plan, error)) (Result, error) {
-	return e.change(ctx, kind, nil, func(p *Plan) string {
+	return e.change(ctx, kind, nil, nil, func(p *Plan) string {
 		return kind + ": " + strings.Join(p.Changed(), ", ")
 	}, func(t topology) (*Plan, error) {
 		st, err := e.j.NodeState()

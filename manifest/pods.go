@@ -100,7 +100,7 @@ func controlPlanePod(st *nodestate.NodeState, name string, v *version.Version, r
 	a := componentArgs(st, name, v)
 	ep, _ := probeFor(st, name, a, v)
 	c := corev1.Container{
-		Image:     st.Images[name],
+		Image:     st.Image(name),
 		Command:   command(st, name, a),
 		Resources: res,
 	}
@@ -191,7 +191,7 @@ func kubeVIPPod(st *nodestate.NodeState) *corev1.Pod {
 		{Name: "prometheus_server", Value: ""},
 	}
 	c := corev1.Container{
-		Image:   st.Images[nodestate.KubeVIP],
+		Image:   st.Image(nodestate.KubeVIP),
 		Command: []string{kubeVIPCommand},
 		Args:    cmdArgs,
 		Env:     env,

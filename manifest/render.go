@@ -81,15 +81,20 @@ func checkRoster(st *nodestate.NodeState, name string) error {
 // start-only input files as prof.Inputs holds them, except an adopted
 // component's while that hash is still st.AdoptedInputs' (InputsDigest).
 //
+// The node state's extraVolumes, extraEnvs, resources and patches of name
+// are applied as kubeadm applies its configuration's (podfields.go), the
+// stratum annotations after the patches.
+//
 // It is an error to ask for a name outside NamesFor(st) (the error names the
-// roster), for a component with no image in st, for an invalid st, and for
+// roster), for a component with no image in st, for an invalid st, for
+// patches that do not apply or change what other fields own, and for
 // a cis state whose prof lacks the profile's files (read them with
 // LoadProfile) or holds a malformed admission file.
 func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*corev1.Pod, error) {
 	if err := checkRoster(st, name); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	if st.Images[name] == "" {
+	if st.Image(name) == "" {
 		return nil, fmt.Errorf("render %s: no image: set images.%s in the node state", name, name)
 	}
 	if err := st.Validate(); err != nil {
@@ -122,6 +127,9 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 		pod = schedulerPod(st, v)
 	case nodestate.KubeVIP:
 		pod = kubeVIPPod(st)
+	}
+	if pod, err = applyPodFields(st, name, pod); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	// An adopted component whose files are as they were at adoption keeps
 	// the annotation-free pod the other tool wrote (NodeState.AdoptedInputs).

@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite manifest/testdata/golden from t
 const repoTestdata = "../testdata"
 
 // states are the node states under testdata/states, rendered into goldens.
-var states = []string{"default", "default-vip", "cis", "current"}
+var states = []string{"default", "default-vip", "cis", "current", "pod-fields"}
 
 // loadState loads testdata/states/<name>.yaml through nodestate.Load.
 func loadState(t *testing.T, name string) *nodestate.NodeState {

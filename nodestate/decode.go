@@ -5,6 +5,7 @@ package nodestate
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +132,11 @@ func walkNode(n *yamlv3.Node, line int, t reflect.Type, path string) error {
 		}
 		return &DecodeError{Line: line, Msg: fmt.Sprintf("%s: want a value or a list of values, got %s", path, describeNode(n))}
 	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+		// A type that decodes itself (a resource.Quantity inside a
+		// valueFrom): its own decoder says what it takes.
+		return nil
+	}
 	switch t.Kind() {
 	case reflect.Struct, reflect.Map:
 		if n.Kind != yamlv3.MappingNode {
@@ -166,14 +172,7 @@ func walkNode(n *yamlv3.Node, line int, t reflect.Type, path string) error {
 	var names []string
 	if t.Kind() == reflect.Struct {
 		fields = map[string]reflect.Type{}
-		for i := 0; i < t.NumField(); i++ {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			if name == "" || name == "-" {
-				continue
-			}
-			fields[name] = t.Field(i).Type
-			names = append(names, name)
-		}
+		names = structFields(t, fields)
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
@@ -190,6 +189,29 @@ func walkNode(n *yamlv3.Node, line int, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// structFields adds t's YAML fields to fields and returns their names, in
+// declaration order; the fields of an embedded struct without a name of
+// its own (corev1's LocalObjectReference) are t's, as encoding/json has it.
+func structFields(t reflect.Type, fields map[string]reflect.Type) []string {
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" && f.Anonymous && f.Type.Kind() == reflect.Struct {
+			names = append(names, structFields(f.Type, fields)...)
+			continue
+		}
+		if name == "" || name == "-" {
+			continue
+		}
+		fields[name] = f.Type
+		names = append(names, name)
+	}
+	return names
 }
 
 // unknownField says that field (at path) is unknown, with the known field

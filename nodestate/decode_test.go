@@ -34,7 +34,7 @@ func TestDecodeStrictErrors(t *testing.T) {
 		{"nested typo", strings.Replace(doc, "  dataDir:", "  datadir2:", 1),
 			"line " + itoa(line("  dataDir:")) + `: unknown field "etcd.datadir2" (did you mean "dataDir"?)`},
 		{"no close field", strings.Replace(doc, "nodeName:", "zzzzzzzz:", 1),
-			"line " + itoa(line("nodeName:")) + `: unknown field "zzzzzzzz" (known here: apiVersion, kind, nodeName, advertiseAddress, kubernetesVersion, images, versions, etcd, vip, profile, pkiDir, kubeconfigDir, configDir, caCertDirs, networking, ports, extraArgs, extraArgsOrder, stopped, adoptedInputs)`},
+			"line " + itoa(line("nodeName:")) + `: unknown field "zzzzzzzz" (known here: apiVersion, kind, nodeName, advertiseAddress, kubernetesVersion, imageRepository, images, versions, etcd, vip, profile, pkiDir, kubeconfigDir, configDir, caCertDirs, networking, ports, extraArgs, extraArgsOrder, stopped, adoptedInputs, extraVolumes, extraEnvs, resources, patches)`},
 		{"a release", "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\n",
 			"line 2: kind: Release: this file is a release, not a node state"},
 		{"another kind", "apiVersion: v1\nkind: Pod\n", `line 2: kind: must be NodeState, got "Pod"`},

@@ -60,11 +60,18 @@ type NodeState struct {
 	// KubernetesVersion is the control plane's version, e.g. v1.34.4. A
 	// Kubernetes component whose image tag is not a version runs at it.
 	KubernetesVersion string `json:"kubernetesVersion"`
-	// Images holds the image reference of every component in the roster
-	// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
-	// kube-vip when vip is set); a digest-pinned reference
-	// (name@sha256:...) is allowed.
-	Images map[string]string `json:"images"`
+	// ImageRepository is where the images a component does not pin come
+	// from, with kubeadm's meaning: a Kubernetes component's image is
+	// <imageRepository>/<component>:<kubernetesVersion>, etcd's
+	// <imageRepository>/etcd:<the etcd version kubeadm pairs with that
+	// minor> (versions/kubeadm). Empty means registry.k8s.io.
+	ImageRepository string `json:"imageRepository,omitempty"`
+	// Images pins the image reference of a component, overriding
+	// imageRepository: etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler, and kube-vip (always pinned: kubeadm has no kube-vip
+	// image) when vip is set. A digest-pinned reference (name@sha256:...)
+	// is allowed.
+	Images map[string]string `json:"images,omitempty"`
 	// Versions gives a component's version where its image tag does not
 	// (an image pinned by digest alone, or a tag that is no version):
 	// "3.6.16" for etcd, "v1.36.3" for the Kubernetes components. With a
@@ -140,6 +147,23 @@ type NodeState struct {
 	// rendered without the annotation. Once they change, the annotation
 	// appears and the component restarts to read them, as on any node.
 	AdoptedInputs map[string]string `json:"adoptedInputs,omitempty"`
+
+	// ExtraVolumes are hostPath volumes mounted into one component's pod
+	// beside the rendered ones, as kubeadm's extraVolumes
+	// (apiServer.extraVolumes, ...): only that component mounts them. A
+	// volume named as a rendered one replaces it, as in kubeadm.
+	ExtraVolumes map[string][]HostPathMount `json:"extraVolumes,omitempty"`
+	// ExtraEnvs are environment variables of one component's container, as
+	// kubeadm's extraEnvs; the container's env is sorted by name, as
+	// kubeadm writes it.
+	ExtraEnvs map[string][]EnvVar `json:"extraEnvs,omitempty"`
+	// Resources replaces a component's rendered resources (kubeadm's
+	// requests: etcd cpu 100m and memory 100Mi, kube-apiserver cpu 250m,
+	// kube-controller-manager cpu 200m, kube-scheduler cpu 100m).
+	Resources map[string]Resources `json:"resources,omitempty"`
+	// Patches are kubeadm patches applied to the rendered pods, for any pod
+	// field the other fields do not carry.
+	Patches *Patches `json:"patches,omitempty"`
 }
 
 // EtcdMember is the local etcd member's identity and cluster membership.
@@ -256,7 +280,9 @@ const (
 )
 
 // Load reads, strictly decodes, defaults and validates the node state at
-// path. Every error names path and, where one is at fault, the field path.
+// path, and captures the files of patches.directory into patches.files
+// (Patches). Every error names path and, where one is at fault, the field
+// path.
 func Load(path string) (*NodeState, error) {
 	b, _, err := durable.ReadRegular(path)
 	if err != nil {
@@ -264,6 +290,9 @@ func Load(path string) (*NodeState, error) {
 	}
 	st, err := Parse(b)
 	if err != nil {
+		return nil, fmt.Errorf("node state %s: %w", path, err)
+	}
+	if err := st.capturePatches(); err != nil {
 		return nil, fmt.Errorf("node state %s: %w", path, err)
 	}
 	return st, nil

@@ -87,15 +87,7 @@ func (st *NodeState) Validate() error {
 		bad("kubernetesVersion", "must look like v1.34.4, got %q", st.KubernetesVersion)
 	}
 	roster := st.Roster()
-	for _, c := range roster {
-		img, ok := st.Images[c]
-		switch {
-		case !ok || img == "":
-			bad("images."+c, "required: the node runs %s", c)
-		case !imageRef.MatchString(img):
-			bad("images."+c, "not an image reference: %q", img)
-		}
-	}
+	st.validateImages(roster, bad)
 	for _, c := range slices.Sorted(maps.Keys(st.Images)) {
 		if !slices.Contains(roster, c) {
 			if slices.Contains(Components, c) {
@@ -165,14 +157,14 @@ func (st *NodeState) Validate() error {
 	default:
 		bad("profile.name", `must be "default" or "cis", got %q`, st.Profile.Name)
 	}
-	if _, _, err := net.ParseCIDR(st.Networking.ServiceCIDR); err != nil {
-		bad("networking.serviceCIDR", "must be a CIDR, got %q", st.Networking.ServiceCIDR)
+	if err := validCIDRs(st.Networking.ServiceCIDR); err != nil {
+		bad("networking.serviceCIDR", "must be a CIDR or a dual-stack pair, got %q: %v", st.Networking.ServiceCIDR, err)
 	}
 	if !dnsLabel.MatchString(st.Networking.DNSDomain) {
 		bad("networking.dnsDomain", "must be a lowercase DNS name, got %q", st.Networking.DNSDomain)
 	}
-	if _, _, err := net.ParseCIDR(st.Networking.PodCIDR); err != nil && st.Networking.PodCIDR != NoPodCIDR {
-		bad("networking.podCIDR", "must be a CIDR or %q, got %q", NoPodCIDR, st.Networking.PodCIDR)
+	if err := validCIDRs(st.Networking.PodCIDR); err != nil && st.Networking.PodCIDR != NoPodCIDR {
+		bad("networking.podCIDR", "must be a CIDR, a dual-stack pair or %q, got %q: %v", NoPodCIDR, st.Networking.PodCIDR, err)
 	}
 	ports := []struct {
 		f string
@@ -192,6 +184,7 @@ func (st *NodeState) Validate() error {
 		seen[p.p] = p.f
 	}
 	st.validateExtraArgs(roster, bad)
+	st.validatePodFields(roster, bad)
 	for i, d := range st.CACertDirs {
 		switch {
 		case !filepath.IsAbs(d) || filepath.Clean(d) != d:

@@ -63,7 +63,7 @@ func (st *NodeState) ComponentVersion(component string) (*version.Version, error
 	case component == KubeVIP:
 		return nil, nil
 	case component == Etcd:
-		return nil, fmt.Errorf("etcd: the version of image %q is unknown: its tag is not a version; set versions.etcd (for example \"3.6.16\")", st.Images[Etcd])
+		return nil, fmt.Errorf("etcd: the version of image %q is unknown: its tag is not a version; set versions.etcd (for example \"3.6.16\")", st.Image(Etcd))
 	}
 	v, err := ParseKubernetesVersion(st.KubernetesVersion)
 	if err != nil {
@@ -75,7 +75,7 @@ func (st *NodeState) ComponentVersion(component string) (*version.Version, error
 // componentVersions is the version the image tag says (nil when the tag is
 // not a version) and the one the versions field says (nil when unset).
 func (st *NodeState) componentVersions(component string) (tagV, explicit *version.Version, err error) {
-	if tag := ImageTag(st.Images[component]); tag != "" {
+	if tag := ImageTag(st.Image(component)); tag != "" {
 		tagV, _ = parseComponentVersion(component, tag) // "latest" is no version
 	}
 	if s, ok := st.Versions[component]; ok {
@@ -97,7 +97,7 @@ func (st *NodeState) validateVersions(roster []string, bad func(field, format st
 		}
 	}
 	for _, c := range roster {
-		if st.Images[c] == "" {
+		if st.Image(c) == "" {
 			continue // reported as a missing image
 		}
 		tagV, explicit, err := st.componentVersions(c)
@@ -105,9 +105,9 @@ func (st *NodeState) validateVersions(roster []string, bad func(field, format st
 		case err != nil:
 			bad("versions."+c, "must be a version like %s, got %q", exampleVersion(c), st.Versions[c])
 		case tagV != nil && explicit != nil && !tagV.EqualTo(explicit):
-			bad("versions."+c, "%s disagrees with the tag of images.%s (%q, version %s): give one version", st.Versions[c], c, st.Images[c], tagV)
+			bad("versions."+c, "%s disagrees with the tag of images.%s (%q, version %s): give one version", st.Versions[c], c, st.Image(c), tagV)
 		case c == Etcd && tagV == nil && explicit == nil:
-			bad("versions.etcd", "required: the tag of images.etcd (%q) is not a version, so the version etcd runs at is unknown", st.Images[c])
+			bad("versions.etcd", "required: the tag of images.etcd (%q) is not a version, so the version etcd runs at is unknown", st.Image(c))
 		}
 	}
 }

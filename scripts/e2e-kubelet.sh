@@ -18,7 +18,7 @@
 set -euo pipefail
 mode=${1:-e2e}
 case $mode in
-e2e) tests='TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet' ;;
+e2e) tests='TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet|TestRegistryImages' ;;
 bench) tests='^TestReleaseStrategies$'; export STRATUM_BENCH_KUBELET=1 ;;
 *) echo "usage: $0 [e2e|bench]" >&2; exit 2 ;;
 esac

@@ -85,7 +85,7 @@ func UpgradePath(from, to *nodestate.NodeState) []Finding {
 		}
 	}
 	for _, c := range nodestate.Components {
-		if _, ok := to.Images[c]; !ok {
+		if to.Image(c) == "" {
 			continue
 		}
 		v, err := to.ComponentVersion(c)
@@ -116,10 +116,10 @@ type addFunc func(check, comp, format string, a ...any)
 // pair is component c's version before and after, false when c is not on
 // both sides or a version is unknown.
 func pair(from, to *nodestate.NodeState, c string) (fv, tv *version.Version, ok bool) {
-	if _, in := from.Images[c]; !in {
+	if from.Image(c) == "" {
 		return nil, nil, false
 	}
-	if _, in := to.Images[c]; !in {
+	if to.Image(c) == "" {
 		return nil, nil, false
 	}
 	fv, err1 := from.ComponentVersion(c)
@@ -214,7 +214,7 @@ func skewOne(c string, v, api *version.Version, mid bool, add addFunc) {
 }
 
 func kubeVersion(st *nodestate.NodeState, c string) (*version.Version, bool) {
-	if _, ok := st.Images[c]; !ok {
+	if st.Image(c) == "" {
 		return nil, false
 	}
 	v, err := st.ComponentVersion(c)

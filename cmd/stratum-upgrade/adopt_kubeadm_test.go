@@ -44,7 +44,7 @@ import (
 // stay kubeadm's. etcd is the real etcd of the image's minor; the other
 // components are the stand-in. That the verbatim manifests, at their own
 // paths, keep their UID under the real kubelet's computation is
-// TestRealAdoptedRenderKeepsUIDs's (internal/harness/kubeadmgen).
+// TestRealAdoptKeepsKubeletUIDs's (internal/harness/kubeadmgen).
 func TestAdoptKubeadmOnTestBed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up test bed nodes")
@@ -65,7 +65,7 @@ func TestAdoptKubeadmOnTestBed(t *testing.T) {
 					// (--initial-cluster-state=existing, two peers at
 					// 10.0.0.12 and .13): its etcd cannot start on a
 					// single-node test bed. That adopting it keeps every
-					// pod is TestRealAdoptedRenderKeepsUIDs's and
+					// pod is TestRealAdoptKeepsKubeletUIDs's and
 					// adopt.TestKubeadmFixturesAdoptWithoutRestart's.
 					t.Skip("a member of a three-node etcd cluster: no single-node test bed runs it")
 				}

@@ -179,7 +179,7 @@ func newCorruptFixture(t *testing.T) *corruptFixture {
 		stateFile: "../../testdata/states/default.yaml",
 	}
 	fx.journal = filepath.Join(fx.state, cli.JournalFile)
-	rel := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5\n"
+	rel := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.4\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5\n"
 	if err := os.WriteFile(fx.release, []byte(rel), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,9 @@ func (c *cliNode) want(code int, args ...string) string {
 func (c *cliNode) release(name, version, scheduler string) string {
 	c.t.Helper()
 	p := filepath.Join(c.node.Root, name)
-	doc := fmt.Sprintf("apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: %s\nimages:\n  kube-scheduler: %s\n", version, scheduler)
+	// kube-apiserver runs at kubernetesVersion, the control plane's version.
+	doc := fmt.Sprintf("apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: %s\nimages:\n  kube-apiserver: %s\n  kube-scheduler: %s\n",
+		version, testbed.ModeImage(nodestate.KubeAPIServer, version, ""), scheduler)
 	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
 		c.t.Fatal(err)
 	}

@@ -115,13 +115,14 @@ func TestInitFromKubeadmRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edited := strings.Replace(string(b), "    name: kube-scheduler\n", "    name: kube-scheduler\n    env:\n    - name: GODEBUG\n      value: x509sha1=1\n", 1)
+	// An argument that is no --flag: no node state field reproduces it.
+	edited := strings.Replace(string(b), "    - kube-scheduler\n", "    - kube-scheduler\n    - -v=4\n", 1)
 	if err := os.WriteFile(sched, []byte(edited), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	before := n.manifestBytes(t)
 	out, stderr := n.su(ExitError, "init", "--from-kubeadm", "--yes")
-	if !strings.Contains(out, "kube-scheduler           WOULD RESTART: kubelet sees another pod in the render:\n    spec.containers[kube-scheduler].env:") {
+	if !strings.Contains(out, "kube-scheduler           WOULD RESTART: kubelet sees another pod in the render:\n    spec.containers[kube-scheduler].command") {
 		t.Errorf("the restart is not explained:\n%s", out)
 	}
 	if !strings.Contains(stderr, "adopting this node would restart components (kube-scheduler; see why above); nothing written.") ||

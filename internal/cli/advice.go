@@ -5,8 +5,10 @@ import (
 	"fmt"
 
 	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/cri"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -28,6 +30,8 @@ func (g *globals) advice(err error) string {
 	case errors.As(err, &md):
 		return fmt.Sprintf(". Run it with --manifest-dir %s; or, if kubelet's staticPodPath moved to %s, move the node there with `%s` (the old directory is left as it is)",
 			shellQuote(md.recorded), md.given, g.cmdline("init --force --state FILE"))
+	case errors.As(err, new(*nodestate.KubernetesVersionError)):
+		return g.kubernetesVersionAdvice(err)
 	case errors.As(err, &rf):
 		adv := fmt.Sprintf(". The node state in the journal is still the one from before this transaction; `%s` shows each component. Fix the cause, then run `%s` to put every manifest back from it.", g.cmdline("status"), g.cmdline("render"))
 		if rf.EtcdAside != "" {
@@ -52,6 +56,8 @@ func (g *globals) advice(err error) string {
 		return fmt.Sprintf("; run `%s` to rewrite it from the node state, then try again", g.cmdline("render"))
 	case errors.Is(err, engine.ErrPreflight):
 		return g.preflightAdvice(err)
+	case errors.Is(err, engine.ErrNoRuntime), errors.Is(err, cri.ErrNoRuntime):
+		return "; name the container runtime's socket with --cri-socket (kubelet's --container-runtime-endpoint)"
 	case errors.Is(err, engine.ErrControlPlaneDown):
 		return "; if that is what you want (a maintenance window), run it again with --allow-control-plane-down"
 	case errors.Is(err, engine.ErrEtcdBackupTimeout):
@@ -84,14 +90,24 @@ func (g *globals) preflightAdvice(err error) string {
 	if !errors.As(err, &pe) {
 		return adv
 	}
-	var downgrade, health bool
+	var downgrade, health, image, other bool
 	for _, f := range pe.Failed {
 		switch f.Check {
 		case versions.CheckKubernetesDowngrade, versions.CheckEtcdDowngrade:
 			downgrade = true
 		case engine.CheckEtcdHealth:
 			health = true
+		case engine.CheckImagePull:
+			image = true
 		}
+		other = other || f.Check != engine.CheckImagePull
+	}
+	if image {
+		img := "\nAn image that was not pulled: fix its reference, or let the container runtime pull it (its own registry configuration and credentials: docs/operations.md, \"Images\"), or put it on the node first (`" + g.cmdline("images pull --to RELEASE") + "`). --ignore-preflight-errors=ImagePull goes ahead and leaves the pull to kubelet, after the component stopped"
+		if !other {
+			return img
+		}
+		adv += img
 	}
 	if downgrade {
 		adv += fmt.Sprintf("\nTo go back to the release before the last committed upgrade, run `%s`", g.cmdline("rollback --last"))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // Each typed error of the library gets the advice that names what to run.
@@ -24,6 +25,9 @@ func TestAdvice(t *testing.T) {
 		{fmt.Errorf("open: %w", journal.ErrNeedsMigration), []string{"`stratum-upgrade resume`"}},
 		{fmt.Errorf("status: %w", &journal.CorruptError{Path: "/var/lib/stratum/stratum.db", Err: errors.New("page 7 says it is page 9")}),
 			[]string{"bug report", "wrote no manifest", "docs/operations.md"}},
+		{&engine.PreflightError{Subject: "release v1.34.5", Failed: []versions.Finding{{Check: engine.CheckImagePull, Component: "kube-apiserver", Message: "image x: not found"}}},
+			[]string{"`stratum-upgrade images pull --to RELEASE`", "--ignore-preflight-errors=ImagePull", "docs/operations.md"}},
+		{fmt.Errorf("%w: none", engine.ErrNoRuntime), []string{"--cri-socket"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r"}, []string{"`stratum-upgrade status`", "`stratum-upgrade render`"}},
 		{&engine.RollbackFailedError{Txn: "t", Reason: "r", EtcdDataDir: "/var/lib/etcd", EtcdAside: "/var/lib/etcd.stratum-pre-rollback-t"},
 			[]string{"/var/lib/etcd.stratum-pre-rollback-t", "BEFORE running `stratum-upgrade render`"}},

@@ -76,5 +76,6 @@ refused while a transaction is open, and runs the pre-flight checks of run.
 	}
 	cmd.Flags().StringVar(&state, "state", "", "node state file (YAML, kind NodeState)")
 	preflightFlag(cmd, &ignore)
+	g.criFlags(cmd, true, true)
 	return cmd
 }

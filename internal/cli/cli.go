@@ -185,6 +185,7 @@ type globals struct {
 	metricsFile string
 	procScope   string
 	dirLocked   bool // this process holds the manifest dir's flock
+	cri         criOptions
 
 	// flags holds every flag bound to these fields (the global ones and
 	// the transaction flags of run, resume and rollback), so that the
@@ -360,7 +361,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	}
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
-		newRollbackCmd(g), newStatusCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
+		newRollbackCmd(g), newImagesCmd(g), newStatusCmd(g), newStateCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
 	g.conventions(root)
 	return root

@@ -78,6 +78,8 @@ func TestEventLine(t *testing.T) {
 			"[   0.0s] upgrade to v1.34.5: kube-scheduler change"},
 		{engine.Event{Time: at(100 * time.Second), Step: "etcd-stop", Component: "etcd", Waiting: "etcd to exit", Message: "stopping etcd to restore its data"},
 			"[ 100.0s] etcd: stopping etcd to restore its data (at most 1m30s)"},
+		{engine.Event{Time: at(0), Step: "image-pull", Component: "kube-apiserver", Waiting: "the pull of registry.k8s.io/kube-apiserver:v1.34.5", Message: "pulling image registry.k8s.io/kube-apiserver:v1.34.5 for kube-apiserver"},
+			"[   0.0s] kube-apiserver: pulling image registry.k8s.io/kube-apiserver:v1.34.5 for kube-apiserver (at most 10m0s)"},
 	}
 	for _, tc := range tests {
 		if got := r.line(tc.ev); got != tc.want {
@@ -94,7 +96,7 @@ func TestMainUsage(t *testing.T) {
 		out  string
 	}{
 		{[]string{"nonsense"}, ExitUsage, `unknown command "nonsense"`},
-		{[]string{"run", "--state-dir", t.TempDir()}, ExitUsage, "--to RELEASE is required"},
+		{[]string{"run", "--state-dir", t.TempDir()}, ExitUsage, "--to VERSION|RELEASE is required"},
 		{[]string{"--output", "xml", "version"}, ExitUsage, `--output "xml"`},
 		{[]string{"version"}, ExitOK, ""},
 	}

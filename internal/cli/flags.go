@@ -57,7 +57,7 @@ func (g *globals) setup() error {
 		return err
 	}
 	switch g.output {
-	case "text", "json":
+	case "text", "json", "yaml": // yaml: state prints YAML; the others text
 	default:
 		return cmdLineErrorf("--output %q: must be text or json%s", g.output, g.from("output"))
 	}

@@ -49,12 +49,17 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
 	"render": {group: "setup", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
   stratum-upgrade render`},
-	"plan": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, required: "to", placeholder: "RELEASE", or: "state", example: `  # Show what an upgrade would change; nothing is written.
+	"plan": {group: "upgrade", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Show the upgrades available (as kubeadm upgrade plan), then what one would change.
+  stratum-upgrade plan
+  stratum-upgrade plan --to v1.36.3
+  # The same for a release file, which pins the images it names; nothing is written.
   stratum-upgrade plan --to release-v1.34.5.yaml
   stratum-upgrade plan --to release-v1.34.5.yaml --ignore-preflight-errors=EtcdHealth
   # Show what a new node state would change (an extra arg, the cis profile).
   stratum-upgrade plan --state /etc/stratum/node.yaml`},
-	"run": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "to", placeholder: "RELEASE", example: `  # Upgrade the node; any failure rolls it back.
+	"run": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "to", placeholder: "VERSION|RELEASE", example: `  # Upgrade the node to a Kubernetes version (etcd to kubeadm's pairing); any failure rolls it back.
+  stratum-upgrade run --to v1.36.3
+  # Upgrade to a release file, which pins the images it names.
   stratum-upgrade run --to release-v1.34.5.yaml
   # A longer soak, and metrics for node_exporter's textfile collector.
   stratum-upgrade run --to release-v1.34.5.yaml --soak 2m --metrics-file /var/lib/node_exporter/stratum-upgrade.prom`},
@@ -88,11 +93,20 @@ var conventionsOf = map[string]commandConventions{
 	"forget-node": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # cp-3 died for good mid-upgrade and every other node waits for it.
   stratum-upgrade status --cluster
   stratum-upgrade forget-node cp-3 --reason "disk failed; node replaced by cp-4"`},
+	"state": {group: "inspect", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Edit the node state the journal holds, see the change, make it.
+  stratum-upgrade state > node.yaml
+  stratum-upgrade plan --state node.yaml
+  stratum-upgrade apply --state node.yaml`},
 	"history": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  stratum-upgrade history --limit 10
   # One transaction with every journaled step.
   stratum-upgrade history 20261202T130405Z-1a2b`},
 	"audit": {group: "inspect", exits: []int{ExitOK, ExitError, ExitUsage}, example: `  stratum-upgrade audit
   stratum-upgrade audit kube-apiserver -o json`},
+	"images": {group: "upgrade", exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # The images a node needs for a release, to mirror for an air-gapped site.
+  stratum-upgrade images list --to v1.36.3
+  stratum-upgrade images list --to release-v1.34.5.yaml
+  # Pull them ahead of the upgrade (run pulls what is missing anyway).
+  stratum-upgrade images pull --to v1.36.3`},
 	"version": {group: "other", noArgs: true, exits: []int{ExitOK, ExitUsage}, example: `  stratum-upgrade version -o json`},
 }
 

@@ -46,5 +46,6 @@ func (p planReport) MarshalJSON() ([]byte, error) {
 		EtcdBackup    bool             `json:"etcdBackup"`
 		IgnoredChecks []checkJSON      `json:"ignoredChecks"`
 		Changes       []planChangeJSON `json:"changes"`
-	}{p.From, p.To, p.Nothing, optional(p.Message), p.EtcdBackup, checksJSON(p.IgnoredChecks), changes})
+		Images        []planImage      `json:"images"`
+	}{p.From, p.To, p.Nothing, optional(p.Message), p.EtcdBackup, checksJSON(p.IgnoredChecks), changes, p.Images})
 }

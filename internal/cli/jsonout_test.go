@@ -138,9 +138,9 @@ func newJSONNode(t *testing.T) *jsonNode {
 	st := strings.Replace(string(b), "  memberName: cp-1\n", "  memberName: cp-1\n  dataDir: "+filepath.Join(dir, "etcd")+"\n", 1) +
 		"pkiDir: " + filepath.Join(dir, "pki") + "\nkubeconfigDir: " + filepath.Join(dir, "kube") + "\nconfigDir: " + filepath.Join(dir, "config") + "\n"
 	n.write("state.yaml", st)
-	n.write("sched.yaml", "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5\n")
+	n.write("sched.yaml", "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.4\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.5\n")
 	n.write("same.yaml", "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.4\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.34.4\n")
-	n.write("skip.yaml", "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.36.0\nimages:\n  kube-scheduler: registry.k8s.io/kube-scheduler:v1.36.0\n")
+	n.write("skip.yaml", "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.36.0\nimages:\n  kube-apiserver: registry.k8s.io/kube-apiserver:v1.36.0\n")
 	return n
 }
 
@@ -235,7 +235,8 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitError, "", "audit")
 	n.su(ExitUsage, "", "frobnicate")
 	n.su(ExitUsage, "", "status", "--bogus")
-	n.su(ExitUsage, "", "plan")
+	n.su(ExitError, "", "plan") // no journal: nothing to list
+	n.su(ExitUsage, "", "plan", "--to", "v1.36")
 	n.su(ExitError, "", "render")
 
 	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
@@ -258,7 +259,9 @@ func TestJSONOutputSchemas(t *testing.T) {
 	}
 	n.su(ExitOK, "write.json", "render")
 
+	n.su(ExitOK, "available.json", "plan")
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "images.json", "images", "list", "--to", n.path("sched.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("same.yaml"))
 	n.su(ExitError, "", "plan", "--to", n.path("skip.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("skip.yaml"), "--ignore-preflight-errors", "all")
@@ -331,7 +334,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 		t.Errorf("init --from-kubeadm without --yes made the state directory: %v", err)
 	}
 
-	for _, s := range []string{"adopt.json", "audit.json", "error.json", "history-txn.json", "history.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
+	for _, s := range []string{"adopt.json", "available.json", "audit.json", "error.json", "history-txn.json", "history.json", "images.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
 		if !n.seen[s] {
 			t.Errorf("no output was checked against %s", s)
 		}

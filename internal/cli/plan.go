@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	udiff "github.com/aymanbagabas/go-udiff"
@@ -19,7 +21,10 @@ import (
 // usage (the file is the user's input).
 func loadRelease(path string) (*engine.Release, []byte, error) {
 	if path == "" {
-		return nil, nil, usagef("--to RELEASE is required: the release file to upgrade to")
+		return nil, nil, usagef("--to RELEASE is required: the Kubernetes version (v1.36.3) or the release file to upgrade to")
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && looksLikeVersion.MatchString(path) {
+		return nil, nil, usagef("--to %s: not a Kubernetes version (v and a semantic version, like v1.36.3), and no release file of that name", path)
 	}
 	rel, raw, err := engine.LoadRelease(path)
 	var ke *nodestate.KindError
@@ -78,14 +83,26 @@ func newPlanCmd(g *globals) *cobra.Command {
 	var to, state string
 	var ignore []string
 	cmd := &cobra.Command{
-		Use:   "plan (--to RELEASE | --state FILE)",
-		Short: "Show the unified diff of every manifest an upgrade to RELEASE (or a new node state) would change; nothing is written",
-		Long: `plan computes what 'run --to RELEASE' (or 'apply --state FILE') would do
-against the persisted node state and the manifests on disk, and prints a unified
-diff of each manifest that would change, in roster order. It writes nothing: not
-the journal (opened read-only), not the manifest directory. A release or state
-that changes nothing prints "nothing to do" and exits 0. It is refused while a
-transaction is open.
+		Use:   "plan [--to VERSION|RELEASE | --state FILE]",
+		Short: "Show the upgrades available, or the unified diff of every manifest an upgrade (or a new node state) would change; nothing is written",
+		Long: `plan computes what 'run --to VERSION|RELEASE' (or 'apply --state FILE') would
+do against the persisted node state and the manifests on disk, and prints a
+unified diff of each manifest that would change, in roster order. It writes
+nothing: not the journal (opened read-only), not the manifest directory. A
+release or state that changes nothing prints "nothing to do" and exits 0. It is
+refused while a transaction is open.
+
+--to takes a Kubernetes version or a release file. A version (v1.36.3) moves
+kube-apiserver, kube-controller-manager and kube-scheduler to it (a pinned image
+keeps its repository, an unpinned one comes from the node's imageRepository)
+and etcd to the version kubeadm pairs with its minor (docs/versions.md), never
+down. A release file pins the images it names. A target whose kubernetesVersion
+is not kube-apiserver's version is refused (exit 1), naming both.
+
+With neither --to nor --state, plan prints the upgrades available, as 'kubeadm
+upgrade plan' does: for the newest patch of the node's minor and for the next
+minor the version table knows, each component's CURRENT and TARGET version and
+the command to run.
 
 Before the diff, plan runs the pre-flight checks run would run (upgrade paths,
 version skew, etcd's health when etcd changes; docs/cli.md): a failed check
@@ -102,13 +119,18 @@ refuses the release (exit 1) and says which release would be valid.
 				return cmdLineErrorf("plan: --to and --state are exclusive: plan an upgrade to a release, or a new node state")
 			case state != "":
 				return g.runPlanState(state, opts)
+			case to == "":
+				return g.runAvailable()
+			case byVersion(to):
+				return g.runPlanVersion(to, opts)
 			}
 			return g.runPlan(to, opts)
 		}),
 	}
-	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	cmd.Flags().StringVar(&state, "state", "", "node state file (YAML, kind NodeState) to plan instead of a release")
 	preflightFlag(cmd, &ignore)
+	g.criFlags(cmd, false, false)
 	return cmd
 }
 
@@ -122,6 +144,9 @@ type planReport struct {
 	// IgnoredChecks are the failed pre-flight checks let through.
 	IgnoredChecks []versions.Finding `json:"ignoredChecks,omitempty"`
 	Changes       []planChange       `json:"changes"`
+	// Images is every image the transaction needs, as the container
+	// runtime has it; absent when no runtime answers.
+	Images []planImage `json:"images,omitempty"`
 }
 
 type planChange struct {
@@ -181,6 +206,20 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 		}})
 }
 
+func (g *globals) runPlanVersion(to string, opts engine.UpgradeOptions) error {
+	return g.showPlan(planInput{label: "version " + to, version: to,
+		plan: func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
+			rel, _, err := releaseForVersion(st, to)
+			if err != nil {
+				return nil, err
+			}
+			if err := applyRelease(rel, st, to); err != nil {
+				return nil, err
+			}
+			return engine.PlanUpgrade(context.Background(), store, g.scanner, st, rel, opts)
+		}})
+}
+
 func (g *globals) runPlanState(path string, opts engine.UpgradeOptions) error {
 	to, err := loadStateFile(path)
 	if err != nil {
@@ -232,7 +271,11 @@ func (g *globals) showPlan(in planInput) error {
 		return err
 	}
 	g.warnIgnored(plan.Ignored)
-	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, Changes: []planChange{}}
+	imgs, err := g.planImages(plan)
+	if err != nil {
+		return err
+	}
+	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, Changes: []planChange{}, Images: imgs}
 	for _, c := range plan.Changes {
 		path := store.Path(c.Component)
 		from := path + "\t(on disk)"
@@ -258,6 +301,9 @@ func (g *globals) showPlan(in planInput) error {
 			verb = "apply"
 		}
 		fmt.Fprintf(w, "etcd's manifest changes: %s takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", verb, g.dl.EtcdBackup)
+	}
+	for _, l := range planImageLines(imgs) {
+		fmt.Fprintln(w, l)
 	}
 	for _, c := range rep.Changes {
 		fmt.Fprintln(w)

@@ -120,6 +120,9 @@ func (g *globals) initDryRun(stateFile string) error {
 	if err != nil {
 		return err
 	}
+	if err := st.CheckKubernetesVersion(); err != nil {
+		return fmt.Errorf("node state %s: %w", stateFile, err)
+	}
 	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(g.stdout, "init --dry-run: node state %s is valid; the manifest directory %s does not exist: init would create it and write %s\n", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
 		return nil
@@ -132,6 +135,9 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.U
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
+	}
+	if err := st.CheckKubernetesVersion(); err != nil {
+		return fmt.Errorf("node state %s: %w", stateFile, err)
 	}
 	return g.importState(st, stateFile, force, allAtOnce, opts)
 }

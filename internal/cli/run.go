@@ -22,12 +22,20 @@ func newRunCmd(g *globals) *cobra.Command {
 	var to string
 	var ignore []string
 	cmd := &cobra.Command{
-		Use:   "run --to RELEASE",
-		Short: "Upgrade the node to RELEASE as one journaled transaction",
-		Long: `run upgrades the node to RELEASE: snapshot the manifests (and etcd's data when
-etcd's image changes), write each changed manifest in roster order and wait for
-kubelet to replace the process and the new one to answer, verify every component
-through the soak window, then commit. Any failure rolls back to the snapshot.
+		Use:   "run --to VERSION|RELEASE",
+		Short: "Upgrade the node to a Kubernetes version or a release as one journaled transaction",
+		Long: `run upgrades the node to VERSION or RELEASE: snapshot the manifests (and etcd's
+data when etcd's image changes), write each changed manifest in roster order and
+wait for kubelet to replace the process and the new one to answer, verify every
+component through the soak window, then commit. Any failure rolls back to the
+snapshot.
+
+--to takes a Kubernetes version or a release file. A version (v1.36.3) moves
+kube-apiserver, kube-controller-manager and kube-scheduler to it (a pinned image
+keeps its repository, an unpinned one comes from the node's imageRepository)
+and etcd to the version kubeadm pairs with its minor, never down; 'plan' alone
+lists the versions available. A release file pins the images it names. A target
+whose kubernetesVersion is not kube-apiserver's version is refused (exit 1).
 
 Output: one line per step with the time since the start and what it waits for;
 with --output json one engine event per line, then a final {"result": ...} line.
@@ -46,9 +54,13 @@ warning; the journal records the checks a transaction was let through with.
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			rel, raw, err := loadRelease(to)
-			if err != nil {
-				return err
+			var rel *engine.Release
+			var raw []byte
+			var err error
+			if !byVersion(to) {
+				if rel, raw, err = loadRelease(to); err != nil {
+					return err
+				}
 			}
 			opts, err := upgradeOptions(ignore)
 			if err != nil {
@@ -59,6 +71,11 @@ warning; the journal records the checks a transaction was let through with.
 				if err != nil {
 					return engine.Result{}, err
 				}
+				if byVersion(to) {
+					if rel, raw, err = releaseForVersion(st, to); err != nil {
+						return engine.Result{}, err
+					}
+				}
 				if err := applyRelease(rel, st, to); err != nil {
 					return engine.Result{}, err
 				}
@@ -68,8 +85,9 @@ warning; the journal records the checks a transaction was let through with.
 			})
 		}),
 	}
-	cmd.Flags().StringVar(&to, "to", "", "release file (YAML, kind Release)")
+	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	preflightFlag(cmd, &ignore)
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -172,6 +190,7 @@ a commit it holds writes the snapshot does not.
 	}
 	cmd.Flags().BoolVar(&last, "last", false, "undo the last committed transaction (upgrade, apply, stop or start)")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -211,7 +230,7 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
-		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord,
+		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord, Images: g.engineImages(),
 	})
 	if err != nil {
 		return err
@@ -370,6 +389,11 @@ func (r *reporter) deadline(step string) (time.Duration, bool) {
 		return dl.Active, true
 	case "cluster-lock":
 		return r.g.coord.Wait, true
+	case "image-pull":
+		if r.g.cri.pullTimeout == 0 {
+			return engine.DefaultPullTimeout, true
+		}
+		return r.g.cri.pullTimeout, true
 	}
 	return 0, false
 }

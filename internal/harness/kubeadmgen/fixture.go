@@ -26,6 +26,10 @@ const (
 	HostDirsFile = "host-dirs.txt"
 	// ManifestsDir holds the manifests exactly as kubeadm wrote them.
 	ManifestsDir = "manifests"
+	// RootFilesDir holds Config.RootFiles at their paths (the patches
+	// kubeadm applied, the files the extra volumes mount); absent when
+	// there are none.
+	RootFilesDir = "files"
 	// UIDsFile is kubeletuid's JSON for ManifestsDir at ManifestDir on
 	// the configuration's node: {"<file>": {"name": ..., "uid": ...}}.
 	UIDsFile = "kubelet-uids.json"
@@ -42,8 +46,8 @@ func FixtureDir(version, name string) (string, error) {
 }
 
 // WriteFixture writes configuration name's fixture for version into dir,
-// which must not exist yet: ConfigFile, HostDirsFile, ManifestsDir from
-// Generate and UIDsFile from KubeletUIDs. Root only, as they are.
+// which must not exist yet: ConfigFile, HostDirsFile, RootFilesDir,
+// ManifestsDir from Generate and UIDsFile from KubeletUIDs. Root only, as they are.
 func WriteFixture(ctx context.Context, version, name, dir string) error {
 	c, err := Lookup(name)
 	if err != nil {
@@ -62,6 +66,13 @@ func WriteFixture(ctx context.Context, version, name, dir string) error {
 	hostDirs := "# The directories of kubeadm's root file system (kubeadmgen.Config.HostDirs).\n" + strings.Join(c.HostDirs, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, HostDirsFile), []byte(hostDirs), 0o644); err != nil {
 		return err
+	}
+	if files, err := c.RootFiles(); err != nil {
+		return err
+	} else if len(files) > 0 {
+		if err := writeRootFiles(c, filepath.Join(dir, RootFilesDir)); err != nil {
+			return err
+		}
 	}
 	manifests := filepath.Join(dir, ManifestsDir)
 	if err := Generate(ctx, version, name, manifests); err != nil {

@@ -59,6 +59,9 @@ func Generate(ctx context.Context, version, name, dir string) error {
 			return err
 		}
 	}
+	if err := writeRootFiles(c, root); err != nil {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(root, "kubeadm.yaml"), file, 0o600); err != nil {
 		return err
 	}
@@ -106,6 +109,24 @@ func Generate(ctx context.Context, version, name, dir string) error {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(dir, m), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeRootFiles writes c.RootFiles under dir.
+func writeRootFiles(c Config, dir string) error {
+	files, err := c.RootFiles()
+	if err != nil {
+		return err
+	}
+	for p, b := range files {
+		dst := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
 			return err
 		}
 	}

@@ -25,7 +25,9 @@ package kubeadmgen
 import (
 	"bytes"
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"text/template"
 )
@@ -49,6 +51,10 @@ type Config struct {
 	HostDirs []string
 }
 
+// The files of a configuration's node besides HostDirs, if any, are the
+// tree configs/<Name>/ (RootFiles): the patches directory kubeadm reads,
+// the files an extra volume mounts.
+
 // Debian and RHEL are the CA certificate directories kubeadm finds on a
 // Debian or Ubuntu host and on a RHEL-like one.
 var (
@@ -56,7 +62,8 @@ var (
 	RHEL   = []string{"/etc/ssl/certs", "/etc/pki/ca-trust", "/etc/pki/tls/certs"}
 )
 
-// Configs are the configurations the fixtures are made of.
+// Configs are the configurations the fixtures are made of; each file's
+// first comment says what it is.
 var Configs = []Config{
 	{Name: "defaults", NodeName: "cp-1", HostDirs: Debian},
 	{Name: "extra-args", NodeName: "cp-1", HostDirs: Debian},
@@ -64,9 +71,17 @@ var Configs = []Config{
 	{Name: "joined", NodeName: "cp-3", HostDirs: Debian, Members: []string{
 		"cp-1=https://10.0.0.11:2380", "cp-2=https://10.0.0.12:2380", "cp-3=https://10.0.0.13:2380",
 	}},
+	{Name: "audit", NodeName: "cp-1", HostDirs: Debian},
+	{Name: "proxy-env", NodeName: "cp-1", HostDirs: Debian},
+	{Name: "patches", NodeName: "cp-1", HostDirs: Debian},
+	{Name: "image-repo", NodeName: "cp-1", HostDirs: RHEL},
+	{Name: "ipv6", NodeName: "cp-1", HostDirs: Debian},
+	{Name: "dual-stack", NodeName: "cp-1", HostDirs: Debian},
+	{Name: "feature-gates", NodeName: "cp-1", HostDirs: Debian},
+	{Name: "repeated-flag", NodeName: "cp-1", HostDirs: Debian},
 }
 
-//go:embed configs/*.yaml
+//go:embed configs
 var configFiles embed.FS
 
 // Lookup is the configuration named name.
@@ -96,4 +111,30 @@ func (c Config) File(version string) ([]byte, error) {
 		return nil, fmt.Errorf("kubeadm configuration %s: %w", c.Name, err)
 	}
 	return b.Bytes(), nil
+}
+
+// RootFiles are the files of c's node besides its HostDirs, by absolute
+// slash path (/etc/kubernetes/patches/etcd+strategic.yaml): the tree
+// configs/<Name>/, none for most configurations.
+func (c Config) RootFiles() (map[string][]byte, error) {
+	dir := "configs/" + c.Name
+	files := map[string][]byte{}
+	err := fs.WalkDir(configFiles, dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == dir {
+			return fs.SkipAll
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := configFiles.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files[strings.TrimPrefix(p, dir)] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm configuration %s: %w", c.Name, err)
+	}
+	return files, nil
 }

@@ -3,6 +3,7 @@ package kubeadmgen
 import (
 	"bytes"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,6 +60,39 @@ func TestConfigFiles(t *testing.T) {
 			t.Errorf("%s: no HostDirs", c.Name)
 		}
 	}
+	// kubeadm reads a patches directory from the node: the configuration
+	// brings its patches (RootFiles), and the others bring nothing there.
+	for _, c := range Configs {
+		files, err := c.RootFiles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := c.File("v1.99.9")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, hasPatches := patchesDir(t, b)
+		n := 0
+		for p := range files {
+			if !strings.HasPrefix(p, "/") {
+				t.Errorf("%s: root file %q: want an absolute path", c.Name, p)
+			}
+			if hasPatches && strings.HasPrefix(p, dir+"/") {
+				n++
+			}
+		}
+		if hasPatches && n == 0 {
+			t.Errorf("%s: patches directory %s, but no patch among its root files %v", c.Name, dir, slices.Collect(maps.Keys(files)))
+		}
+	}
+	if pc, err := Lookup("patches"); err != nil {
+		t.Fatal(err)
+	} else if rf, err := pc.RootFiles(); err != nil || len(rf["/etc/kubernetes/patches/kube-scheduler+merge.yaml"]) == 0 {
+		t.Errorf("patches: RootFiles %v, %v: want kube-scheduler+merge.yaml in /etc/kubernetes/patches", slices.Collect(maps.Keys(rf)), err)
+	}
+	if rf, err := Configs[0].RootFiles(); err != nil || len(rf) != 0 {
+		t.Errorf("defaults: RootFiles %v, %v: want none", rf, err)
+	}
 	files, err := filepath.Glob("configs/*.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +105,29 @@ func TestConfigFiles(t *testing.T) {
 	}
 	if _, err := Lookup("nope"); err == nil || !strings.Contains(err.Error(), "known: defaults") {
 		t.Errorf("Lookup(nope) = %v, want an error listing the configurations", err)
+	}
+}
+
+// patchesDir is the patches directory an InitConfiguration of the file
+// names, if any.
+func patchesDir(t *testing.T, file []byte) (string, bool) {
+	t.Helper()
+	dec := yaml.NewDecoder(bytes.NewReader(file))
+	for {
+		var doc struct {
+			Kind    string `yaml:"kind"`
+			Patches struct {
+				Directory string `yaml:"directory"`
+			} `yaml:"patches"`
+		}
+		if err := dec.Decode(&doc); err == io.EOF {
+			return "", false
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if doc.Kind == "InitConfiguration" && doc.Patches.Directory != "" {
+			return doc.Patches.Directory, true
+		}
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // the command's arguments, an annotation), another node or another path
 // changes it.
 func TestRealKubeletUIDDefaulting(t *testing.T) {
-	for _, v := range kubebuild.Versions {
+	for _, v := range kubebuild.KubeadmVersions() {
 		t.Run(v, func(t *testing.T) {
 			needKubeadm(t, v)
 			fixture, err := FixtureDir(v, "defaults")

@@ -3,6 +3,7 @@ package kubeadmgen
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/aymanbagabas/go-udiff"
@@ -12,7 +13,11 @@ import (
 
 // needKubeadm skips a test that needs version's kubeadm programs and root
 // unless STRATUM_REAL is set (make test-real, which builds the programs
-// first), even when they are built: make test-real is where these run.
+// first), even when they are built: make test-real is where these run. A
+// kubeadm-only minor's programs (kubebuild.KubeadmOnlyVersions) are not
+// built by make test-real, to spare CI their build from a cold cache
+// (docs/testing.md says how long): its tests run where they are built (make
+// kubeadm-fixtures builds them) and skip, saying so, where they are not.
 func needKubeadm(t *testing.T, version string) {
 	t.Helper()
 	if os.Getenv("STRATUM_REAL") == "" {
@@ -20,6 +25,9 @@ func needKubeadm(t *testing.T, version string) {
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (kubeadm --rootfs and kubeletuid -as chroot): make test-real as root")
+	}
+	if slices.Contains(kubebuild.KubeadmOnlyVersions, version) && !kubebuild.KubeadmBuilt(version) {
+		t.Skipf("kubeadm %s, of a kubeadm-only minor, is not built and make test-real does not build it: make kubeadm-fixtures does (or go run ./internal/harness/cmd/buildbins -kubeadm-only-minors)", version)
 	}
 }
 
@@ -29,7 +37,7 @@ func needKubeadm(t *testing.T, version string) {
 // the fixtures stay kubeadm's real output (make kubeadm-fixtures rewrites
 // them after a deliberate change).
 func TestRealKubeadmFixtures(t *testing.T) {
-	for _, v := range kubebuild.Versions {
+	for _, v := range kubebuild.KubeadmVersions() {
 		for _, c := range Configs {
 			t.Run(v+"/"+c.Name, func(t *testing.T) {
 				needKubeadm(t, v)

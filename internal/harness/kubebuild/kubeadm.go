@@ -2,7 +2,10 @@ package kubebuild
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 )
@@ -14,14 +17,17 @@ import (
 // kubeadm's own code). See the programs' doc comments.
 var KubeadmTools = []string{"kubeadm", "kubeletuid", "kubeadmetcd"}
 
-// KubeadmTool is the build of version's KubeadmTools into
-// <cache>/kubeadm-<version>/, a cache entry of its own: the control-plane
-// binaries of <cache>/kube-<version>/ stay as they are, and the packages
-// the two builds share come from Go's build cache (same module, flags and
-// -ldflags). The lock, the --version check (kubeadm's is `kubeadm version
+// KubeadmTool is the build of version's KubeadmTools (any of
+// KubeadmVersions) into <cache>/kubeadm-<version>/, a cache entry of its
+// own: the control-plane binaries of <cache>/kube-<version>/ stay as they
+// are, and the packages the two builds share come from Go's build cache
+// (same module, flags and -ldflags). The lock, the --version check (kubeadm's is `kubeadm version
 // -o short`) and the rename into place are build.Tool's.
 func KubeadmTool(version string) (build.Tool, error) {
-	t, err := Tool(version)
+	if !slices.Contains(KubeadmVersions(), version) {
+		return build.Tool{}, fmt.Errorf("kubeadm %q: no such build (known: %s)", version, strings.Join(KubeadmVersions(), ", "))
+	}
+	t, err := moduleTool(version)
 	if err != nil {
 		return build.Tool{}, err
 	}

@@ -10,13 +10,15 @@
 // the packages they share compile once; see build.Tool for the lock and
 // the rename into place. A version's kubeadm and its helper programs
 // (KubeadmTools) are a cache entry of their own, <cache>/kubeadm-<version>/
-// (KubeadmTool), so that adding them invalidated no control-plane build.
+// (KubeadmTool), so that adding them invalidated no control-plane build;
+// the older minors of KubeadmOnlyVersions have that entry only.
 package kubebuild
 
 import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,12 +28,25 @@ import (
 // Components are the binaries built for each version, by component name.
 var Components = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
-// Versions are the Kubernetes versions that can be built, oldest first.
+// Versions are the Kubernetes versions whose control plane can be built
+// (and whose kubeadm too), oldest first: the test bed runs them.
 var Versions = []string{"v1.36.3", "v1.37.2"}
+
+// KubeadmOnlyVersions are the older supported minors, oldest first, of
+// which only kubeadm and its helper programs are built (KubeadmTool): the
+// kubeadm fixtures need them, the test bed does not run their control
+// plane, and building it would cost CI about 11 minutes each.
+var KubeadmOnlyVersions = []string{"v1.34.4", "v1.35.4"}
+
+// KubeadmVersions are the versions with a kubeadm build, oldest first:
+// KubeadmOnlyVersions, then Versions.
+func KubeadmVersions() []string { return slices.Concat(KubeadmOnlyVersions, Versions) }
 
 // toolDirs are the tool modules of the versions, relative to the
 // repository root.
 var toolDirs = map[string]string{
+	"v1.34.4": "internal/harness/tools/kube134",
+	"v1.35.4": "internal/harness/tools/kube135",
 	"v1.36.3": "internal/harness/tools/kube136",
 	"v1.37.2": "internal/harness/tools/kube137",
 }
@@ -40,11 +55,23 @@ var toolDirs = map[string]string{
 // 11 minutes from a cold build cache on 2 cores.
 const BuildTimeout = 30 * time.Minute
 
-// Tool is the build of version's binaries.
+// Tool is the build of version's binaries, one of Versions.
 func Tool(version string) (build.Tool, error) {
+	if slices.Contains(KubeadmOnlyVersions, version) {
+		return build.Tool{}, fmt.Errorf("kubernetes %s: only its kubeadm is built, not its control plane (control planes: %s)", version, strings.Join(Versions, ", "))
+	}
+	if !slices.Contains(Versions, version) {
+		return build.Tool{}, fmt.Errorf("kubernetes %q: no such build (known: %s)", version, strings.Join(Versions, ", "))
+	}
+	return moduleTool(version)
+}
+
+// moduleTool is the build of the control plane from version's tool
+// module, for any version of toolDirs.
+func moduleTool(version string) (build.Tool, error) {
 	dir, ok := toolDirs[version]
 	if !ok {
-		return build.Tool{}, fmt.Errorf("kubernetes %q: no such build (known: %s)", version, strings.Join(Versions, ", "))
+		return build.Tool{}, fmt.Errorf("kubernetes %q: no tool module (known: %s)", version, strings.Join(KubeadmVersions(), ", "))
 	}
 	major, minor, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
 	minor, _, _ = strings.Cut(minor, ".")

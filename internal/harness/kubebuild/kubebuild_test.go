@@ -28,6 +28,16 @@ func TestTool(t *testing.T) {
 	if _, err := Tool("v1.30.0"); err == nil || !strings.Contains(err.Error(), "known") {
 		t.Errorf("Tool(v1.30.0) = %v, want an error listing the known versions", err)
 	}
+	// A kubeadm-only minor: its kubeadm builds, its control plane does not.
+	if _, err := Tool("v1.34.4"); err == nil || !strings.Contains(err.Error(), "only its kubeadm") {
+		t.Errorf("Tool(v1.34.4) = %v, want an error saying only its kubeadm is built", err)
+	}
+	if _, err := KubeadmTool("v1.34.4"); err != nil {
+		t.Errorf("KubeadmTool(v1.34.4): %v", err)
+	}
+	if _, err := KubeadmTool("v1.30.0"); err == nil || !strings.Contains(err.Error(), "known: v1.34.4, v1.35.4, v1.36.3, v1.37.2") {
+		t.Errorf("KubeadmTool(v1.30.0) = %v, want an error listing every kubeadm version", err)
+	}
 	if Minor("v1.37.2") != "1.37" {
 		t.Errorf("Minor(v1.37.2) = %q", Minor("v1.37.2"))
 	}
@@ -56,19 +66,28 @@ func TestBinaries(t *testing.T) {
 	}
 }
 
-// TestToolProgramsIdentical: every tool module holds its own copy of flagdump,
-// kubeletuid and kubeadmetcd (a module cannot import a package of another
-// without a module dependency on it, and each must build against its own
-// Kubernetes). The copies must not drift: a fix to one is a fix to all.
+// TestToolProgramsIdentical: every tool module holds its own copy of flagdump
+// (the control-plane versions only), kubeletuid and kubeadmetcd (a module
+// cannot import a package of another without a module dependency on it,
+// and each must build against its own Kubernetes). The copies must not
+// drift: a fix to one is a fix to all. kubeletuid's source.go, the wiring
+// of kubelet's file source, differs by minor as kubelet's API does.
 func TestToolProgramsIdentical(t *testing.T) {
-	for _, prog := range []string{"flagdump", "kubeletuid", "kubeadmetcd"} {
+	for _, prog := range []struct {
+		dir      string
+		versions []string
+	}{
+		{"flagdump", Versions},
+		{"kubeletuid", KubeadmVersions()},
+		{"kubeadmetcd", KubeadmVersions()},
+	} {
 		var first, firstDir string
-		for _, v := range Versions {
-			tool, err := Tool(v)
+		for _, v := range prog.versions {
+			tool, err := moduleTool(v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(filepath.Join(tool.ModuleDir, prog, "main.go"))
+			b, err := os.ReadFile(filepath.Join(tool.ModuleDir, prog.dir, "main.go"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,24 +96,25 @@ func TestToolProgramsIdentical(t *testing.T) {
 				continue
 			}
 			if string(b) != first {
-				t.Errorf("%s/%s/main.go differs from %s/%s/main.go: copy the fixed one over the other", tool.ModuleDir, prog, firstDir, prog)
+				t.Errorf("%s/%s/main.go differs from %s/%s/main.go: copy the fixed one over the other", tool.ModuleDir, prog.dir, firstDir, prog.dir)
 			}
 		}
 	}
 }
 
-// TestKubeadmBinaries checks each version's kubeadm build: its own cache
-// entry beside the control plane's, every program reporting the version.
-// STRATUM_REAL=1 builds a missing one (about a minute once the control
-// plane is built), otherwise a version not built is skipped.
+// TestKubeadmBinaries checks each version's kubeadm build, the
+// kubeadm-only minors' included: its own cache entry beside the control
+// plane's, every program reporting the version. STRATUM_REAL=1 builds a
+// missing one (about a minute once the control plane is built, minutes
+// for a kubeadm-only minor), otherwise a version not built is skipped.
 func TestKubeadmBinaries(t *testing.T) {
-	for _, v := range Versions {
+	for _, v := range KubeadmVersions() {
 		t.Run(v, func(t *testing.T) {
 			tool, err := KubeadmTool(v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cp, err := Tool(v)
+			cp, err := moduleTool(v)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,9 +1,13 @@
 // Command buildbins builds every real binary the test bed can run, each
 // etcd of etcdbuild.Builds and the Kubernetes control plane of each
-// kubebuild.Versions, and each version's kubeadm (kubebuild.KubeadmTool,
-// for the kubeadm fixtures' check), into the cache (build.CacheDir),
-// printing how long each took; a build already cached takes no time. make
-// real-binaries runs it.
+// kubebuild.Versions, and each of those versions' kubeadm
+// (kubebuild.KubeadmTool, for the kubeadm fixtures' check), into the cache
+// (build.CacheDir), printing how long each took; a build already cached
+// takes no time. make real-binaries runs it. The kubeadm of the
+// kubeadm-only minors (kubebuild.KubeadmOnlyVersions) is built only with
+// -kubeadm-only-minors: it shares no package with a control-plane build,
+// so it costs minutes from a cold build cache, which CI does not spend
+// (make kubeadm-fixtures builds them when it needs them).
 package main
 
 import (
@@ -22,6 +26,7 @@ func main() {
 	etcd := flag.Bool("etcd", true, "build every etcd")
 	kube := flag.Bool("kube", true, "build every Kubernetes version")
 	kubeadm := flag.Bool("kubeadm", true, "build every Kubernetes version's kubeadm, kubeletuid and kubeadmetcd")
+	kubeadmOnly := flag.Bool("kubeadm-only-minors", false, "build the kubeadm, kubeletuid and kubeadmetcd of the minors whose control plane is not built (kubebuild.KubeadmOnlyVersions)")
 	flag.Parse()
 	var tools []build.Tool
 	if *etcd {
@@ -42,14 +47,19 @@ func main() {
 			tools = append(tools, t)
 		}
 	}
+	var kubeadms []string
+	if *kubeadmOnly {
+		kubeadms = append(kubeadms, kubebuild.KubeadmOnlyVersions...)
+	}
 	if *kubeadm {
-		for _, v := range kubebuild.Versions {
-			t, err := kubebuild.KubeadmTool(v)
-			if err != nil {
-				fail(err)
-			}
-			tools = append(tools, t)
+		kubeadms = append(kubeadms, kubebuild.Versions...)
+	}
+	for _, v := range kubeadms {
+		t, err := kubebuild.KubeadmTool(v)
+		if err != nil {
+			fail(err)
 		}
+		tools = append(tools, t)
 	}
 	total := time.Now()
 	for _, t := range tools {

@@ -1,6 +1,7 @@
 // Command kubeadmfixtures writes every kubeadm fixture,
 // testdata/kubeadm/<version>/<configuration>/ for each of
-// kubebuild.Versions and kubeadmgen.Configs, from the real kubeadm and
+// kubebuild.KubeadmVersions (every supported minor, the kubeadm-only ones
+// included) and kubeadmgen.Configs, from the real kubeadm and
 // kubelet code of that version (kubeadmgen.WriteFixture), building the
 // programs first if the cache lacks them; it prints how long each took.
 // Each fixture is written beside its old one and renamed over it, so an
@@ -14,6 +15,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeadmgen"
@@ -22,16 +25,24 @@ import (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: kubeadmfixtures   (writes testdata/kubeadm/<version>/<configuration>/ for every version and configuration)")
+		fmt.Fprintln(os.Stderr, "usage: kubeadmfixtures [-versions V,...]   (writes testdata/kubeadm/<version>/<configuration>/ for every configuration)")
+		flag.PrintDefaults()
 	}
+	only := flag.String("versions", strings.Join(kubebuild.KubeadmVersions(), ","), "the Kubernetes versions to write the fixtures of, comma-separated")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
+	versions := strings.Split(*only, ",")
+	for _, v := range versions {
+		if !slices.Contains(kubebuild.KubeadmVersions(), v) {
+			fail(fmt.Errorf("-versions: %q is no kubeadm version (known: %s)", v, strings.Join(kubebuild.KubeadmVersions(), ", ")))
+		}
+	}
 	ctx := context.Background()
 	total := time.Now()
-	for _, v := range kubebuild.Versions {
+	for _, v := range versions {
 		began := time.Now()
 		built, err := kubebuild.KubeadmBinaries(ctx, v)
 		if err != nil {

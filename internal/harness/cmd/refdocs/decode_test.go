@@ -165,6 +165,8 @@ func TestRequired(t *testing.T) {
 // The value Parse fills in for each optional node state field absent from
 // the minimal example ("" for none), and for the ports also when 0.
 var defaults = map[string]string{
+	"imageRepository":             "", // Parse leaves it empty: NodeState.Repository reads it
+	"images":                      "",
 	"versions":                    "",
 	"etcd.memberName":             "cp-1",
 	"etcd.initialCluster":         "cp-1=https://10.0.0.11:2380",
@@ -193,6 +195,11 @@ var defaults = map[string]string{
 	"extraArgsOrder":              "",
 	"stopped":                     "",
 	"adoptedInputs":               "",
+	"extraVolumes":                "",
+	"extraEnvs":                   "",
+	"resources":                   "",
+	"patches.directory":           "",
+	"patches.files":               "",
 }
 
 // parsed is the node state Parse makes of b, generically.

@@ -55,10 +55,18 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 		"kubernetesVersion": {Required: "yes", Values: "`v` and a semantic version: `v1.34.4`, `v1.35.0-rc.1`, " +
 			"`v1.34.4+build.1`; no white space around it. The supported minors are in " +
 			"[versions.md](../versions.md#support-matrix)"},
+		"imageRepository": {
+			Required: "no",
+			Default:  "`registry.k8s.io` (kubeadm's)",
+			Values: "an image repository without tag or digest: a lowercase registry host with an " +
+				"optional port and path (`registry.k8s.io`, `mirror.example.com:5000/k8s`). The etcd " +
+				"versions kubeadm pairs with each minor are in [versions.md](../versions.md#etcd-paired-with-each-kubernetes-minor)",
+		},
 		"images": {
 			Type:     "map of component to string",
-			Required: "yes",
-			Values: "one entry for each component the node runs: `etcd`, `kube-apiserver`, " +
+			Required: "for `kube-vip` when `vip` is set; for `etcd` when kubeadm's table pairs no etcd with `kubernetesVersion`'s minor",
+			Default:  "none: every component but kube-vip runs kubeadm's image from `imageRepository`",
+			Values: "keys: components the node runs: `etcd`, `kube-apiserver`, " +
 				"`kube-controller-manager`, `kube-scheduler`, and `kube-vip` exactly when `vip` is set " +
 				"(an entry for a component the node does not run is refused). Each value is an image " +
 				"reference: a lowercase repository name with an optional registry host and port " +
@@ -123,9 +131,11 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 		},
 		"networking": {Required: "no", Default: "each field's default"},
 		"networking.serviceCIDR": {Required: "no", Default: "`" + nodestate.DefaultServiceCIDR + "`",
-			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length"},
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or, dual-stack, two separated by a comma, " +
+				"one of each family (`10.96.0.0/12,fd00:10:96::/112`, as kubeadm's `networking.serviceSubnet`)"},
 		"networking.podCIDR": {Required: "no", Default: "`" + nodestate.DefaultPodCIDR + "`",
-			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or `none`: the controller-manager " +
+			Values: "a CIDR: an IPv4 or IPv6 address and a prefix length; or, dual-stack, two separated by a comma, " +
+				"one of each family; or `none`: the controller-manager " +
 				"allocates no node CIDRs (no `--allocate-node-cidrs`, `--cluster-cidr` or `--service-cluster-ip-range`), " +
 				"the network plugin does, as kubeadm renders a cluster without `networking.podSubnet`"},
 		"networking.dnsDomain": {Required: "no", Default: "`" + nodestate.DefaultDNSDomain + "`",
@@ -179,6 +189,58 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 				"Written by `stratum-upgrade init --from-kubeadm` ([adopting-kubeadm.md](../adopting-kubeadm.md)): " +
 				"while a component's start-only input files still hash to its digest, its pod is rendered " +
 				"without the annotation, as the adopted manifest had none, so adoption restarts nothing",
+		},
+		"extraVolumes": {
+			Type:     "map of component to list of volumes",
+			Required: "no",
+			Default:  "none: each component mounts the rendered volumes only",
+			Values: "keys: components the node runs; each volume has `name` (a DNS label, each once per component; " +
+				"a rendered volume of that name, with its mount, is replaced, as kubeadm's `extraVolumes` do), `hostPath` " +
+				"and `mountPath` (absolute paths without `..`, each mount path once), `readOnly` (default false: written) " +
+				"and `pathType` (`DirectoryOrCreate`, `Directory`, `FileOrCreate`, `File`, `Socket`, `CharDevice`, " +
+				"`BlockDevice`, or empty: no check, as kubeadm leaves it). Only that component mounts it; volumes and " +
+				"mounts are sorted by name as kubeadm writes them (etcd's mounts: data, certificates, then these). A mount " +
+				"path a rendered volume already has is refused at render time",
+		},
+		"extraEnvs": {
+			Type:     "map of component to list of environment variables",
+			Required: "no",
+			Default:  "none: kubeadm's components run with no environment variables, kube-vip with its own",
+			Values: "keys: components the node runs; each variable has `name` (a C-like identifier, also `.` and `-`; " +
+				"each once per component) and `value`, or `valueFrom` with `fieldRef` or `resourceFieldRef` (not " +
+				"`secretKeyRef` or `configMapKeyRef`: a static pod runs without the API server, which refuses a mirror " +
+				"pod that references one). The container's environment is sorted by name, as kubeadm's " +
+				"`MergeKubeadmEnvVars` writes it; kube-vip's keeps its order, a variable of the same name replaced in place",
+		},
+		"resources": {
+			Type:     "map of component to resources",
+			Required: "no",
+			Default:  "kubeadm's: requests of cpu `100m` and memory `100Mi` for etcd, cpu `250m` for kube-apiserver, `200m` for kube-controller-manager, `100m` for kube-scheduler",
+			Values: "keys: components the node runs; each has `requests` and `limits`, maps of a resource name (`cpu`, " +
+				"`memory`, ...) to a quantity (`250m`, `1.5`, `128Mi`; not negative; a request not above its limit). " +
+				"They replace the rendered resources whole, written as given",
+		},
+		"patches": {Required: "no", Default: "none"},
+		"patches.directory": {Required: "no", Default: "none",
+			Values: absPath + ": a kubeadm patches directory. Whoever loads the state file (`init`, `apply --state`, " +
+				"`plan --state`) reads its files into `patches.files`, which the journal keeps: rendering never reads " +
+				"the directory, so resume and rollback render what the transaction recorded, and a changed patch takes " +
+				"effect when the state is applied again. Files kubeadm ignores (another extension, another target, " +
+				"empty) and the patches of kubeadm's other targets (`kubeletconfiguration`, `corednsdeployment`, " +
+				"`kubeproxydaemonset`) are left out; a name with `+` and an unknown type is refused"},
+		"patches.files": {
+			Type:     "list of patch files",
+			Required: "no",
+			Default:  "the files of `patches.directory`; else none",
+			Values: "each has `name`, a clean relative path whose base name is kubeadm's " +
+				"`<component>[suffix][+strategic|merge|json].{yaml,json}` for a component the node runs (each name " +
+				"once), and `content`: one patch or several as YAML documents, a strategic merge patch (the default), " +
+				"an RFC 7386 merge patch (`merge`) or an RFC 6902 JSON patch (`json`). They are applied in this order, " +
+				"each to its component's rendered pod after the fields above and before stratum's annotations, with " +
+				"kubeadm's libraries (apimachinery's strategicpatch, evanphx/json-patch v4). A patch that does not " +
+				"apply, adds a field a Pod does not have, or changes the pod's or container's name, the image " +
+				"(`images`) or the command line (`extraArgs`) is refused at render time. With `patches.directory` set, " +
+				"a list that differs from the directory's files is refused when loaded",
 		},
 	},
 }

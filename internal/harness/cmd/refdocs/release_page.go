@@ -18,20 +18,23 @@ var releasePage = spec{
 A release is what an upgrade moves a node to: a Kubernetes version and the
 image of each component it changes. ` + "`stratum-upgrade plan --to FILE`" + ` shows
 what it would change and ` + "`stratum-upgrade run --to FILE`" + ` makes the change
-([cli.md](../cli.md#plan---to-release----state-file---ignore-preflight-errors-name)). A
+([cli.md](../cli.md#plan---to-versionrelease----state-file---ignore-preflight-errors-name)). A
 release is cluster-wide: the same file serves every control-plane node, and a
 component a node does not run (kube-vip on a node without ` + "`vip`" + `) is ignored.
 
 The file is YAML, decoded strictly: a field that is not below, or a value of
 the wrong type, is an error. It is then applied to the node's
 [node state](node-state.md): ` + "`kubernetesVersion`" + ` replaces the node's, each
-image it names replaces that component's (and drops the node's ` + "`versions`" + `
-entry of the old image), and the result must be a valid node state. Last, the
+image it names pins that component's (and drops the node's ` + "`versions`" + `
+entry of the old image), a component the node does not pin moves with
+` + "`kubernetesVersion`" + ` (its image is kubeadm's in the node's
+` + "`imageRepository`" + `), and the result must be a valid node state whose
+kube-apiserver runs at its ` + "`kubernetesVersion`" + `. Last, the
 [pre-flight checks](../cli.md#pre-flight-checks) refuse an upgrade path that is
 not allowed ([versions.md](../versions.md#upgrade-paths)). A release that
 fails any of these changes nothing.`,
 	Minimal:     "release-minimal.yaml",
-	MinimalNote: "The required fields only: one component changes.",
+	MinimalNote: "The required fields only: the version alone.",
 	Full:        "release-full.yaml",
 	FullNote:    "Every field set.",
 	Fields: map[string]info{
@@ -42,8 +45,10 @@ fails any of these changes nothing.`,
 				"[`kubernetesVersion`](node-state.md#kubernetesversion): `v1.34.5`"},
 		"images": {
 			Type:     "map of component to string",
-			Required: "yes",
-			Values: "at least one entry; keys: `etcd`, `kube-apiserver`, `kube-controller-manager`, " +
+			Required: "no",
+			Default: "none: every component keeps its pinned image, and one the node does not pin runs " +
+				"from its `imageRepository` at `kubernetesVersion`",
+			Values: "keys: `etcd`, `kube-apiserver`, `kube-controller-manager`, " +
 				"`kube-scheduler` and `kube-vip`; values: an image reference, as in the node state's " +
 				"[`images`](node-state.md#images)",
 		},

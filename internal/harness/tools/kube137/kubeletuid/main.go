@@ -3,11 +3,13 @@
 // computes them: the manifest goes through kubelet's own file source
 // (k8s.io/kubernetes/pkg/kubelet/config.NewSourceFile) and pod config mux
 // (config.NewPodConfig), exactly as kubelet's makePodSourceConfig wires
-// them, and the pod of the first update is read back. The UID is kubelet's
-// hash of the decoded, defaulted internal pod followed by "host:<node>"
-// and "file:<path>" (pkg/kubelet/config/common.go, applyDefaults), so it
-// depends on the manifest's meaning, the node name and the file's path,
-// not on the YAML's layout.
+// them (source.go, the one file that differs between the minors' copies:
+// their kubelet APIs differ), and the pod of the first update is read
+// back. The UID is kubelet's hash (source.go names it) of the decoded,
+// defaulted internal pod followed by "host:<node>" and "file:<path>"
+// (pkg/kubelet/config/common.go, applyDefaults), so it depends on the
+// manifest's meaning, the node name and the file's path, not on the YAML's
+// layout.
 //
 //	kubeletuid --version                  Kubernetes vX.Y.Z of this module (from -ldflags)
 //	kubeletuid -node NAME [-as PATH] DIR   JSON {"<file>": {"name": ..., "uid": ...}} on stdout
@@ -41,12 +43,8 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/version"
-	"k8s.io/kubernetes/pkg/kubelet/config"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
-	kubeletutil "k8s.io/kubernetes/pkg/kubelet/util"
 )
 
 // Pod is one file's entry in the output.
@@ -177,13 +175,9 @@ func read(path, node string, timeout time.Duration) ([]*v1.Pod, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	errs := make(chan error, 1)
-	logger := logr.New(errSink{errs})
-	cfg := config.NewPodConfig(&record.FakeRecorder{}, kubeletutil.NewPodStartupLatencyTracker())
-	// The period only paces the source's later relistings: the first
-	// listing is immediate, and this program is gone long before a second.
-	config.NewSourceFile(logger, path, types.NodeName(node), time.Hour, cfg.Channel(ctx, kubetypes.FileSource))
+	updates := fileSource(ctx, logr.New(errSink{errs}), path, node)
 	select {
-	case u := <-cfg.Updates():
+	case u := <-updates:
 		if u.Op != kubetypes.ADD {
 			return nil, fmt.Errorf("%s: kubelet's file source sent op %v first, want ADD", path, u.Op)
 		}

@@ -1,0 +1,53 @@
+package cli
+
+// Upgrades by version: plan --to VERSION and run --to VERSION, and the
+// advice for a release whose kubernetesVersion is not kube-apiserver's.
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// kubernetesVersionAdvice is what to do about a target whose
+// kubernetesVersion kube-apiserver does not run at: name the image, or
+// upgrade by version, which moves every component.
+func (g *globals) kubernetesVersionAdvice(err error) string {
+	var kve *nodestate.KubernetesVersionError
+	if !errors.As(err, &kve) {
+		return ""
+	}
+	return fmt.Sprintf("; name kube-apiserver's image at %s (and that of each other component the node pins) in the file, or give the version kube-apiserver runs at; on an initialised node `%s` moves every component to %s",
+		kve.KubernetesVersion, g.cmdline("run --to "+kve.KubernetesVersion), kve.KubernetesVersion)
+}
+
+// looksLikeVersion matches what was meant as a Kubernetes version.
+var looksLikeVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+`)
+
+// byVersion reports whether --to's value is a Kubernetes version (v1.36.3)
+// rather than a release file: a value that parses as one is a version.
+func byVersion(to string) bool {
+	_, err := nodestate.ParseKubernetesVersion(to)
+	return err == nil
+}
+
+// releaseForVersion is the release an upgrade of st to Kubernetes version
+// to applies (engine.ReleaseForVersion) and the file the journal records
+// for it. A version it cannot move the node to is refused (exit 1).
+func releaseForVersion(st *nodestate.NodeState, to string) (*engine.Release, []byte, error) {
+	rel, err := engine.ReleaseForVersion(st, to)
+	if err != nil {
+		return nil, nil, err
+	}
+	raw, err := rel.Marshal()
+	if err != nil {
+		return nil, nil, err
+	}
+	return rel, raw, nil
+}
+
+// toFlagHelp is --to's help for plan and run.
+const toFlagHelp = "the Kubernetes version to upgrade to (v1.36.3: every Kubernetes component to it, etcd to the version kubeadm pairs with its minor), or a release file (YAML, kind Release) pinning the images it names"
