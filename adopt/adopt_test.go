@@ -244,3 +244,40 @@ func TestConfigDisagreementIsANote(t *testing.T) {
 		t.Errorf("a file without kubeadm's documents: %v", err)
 	}
 }
+
+// kubeadm's defaults are applied before the cross-check: a field the
+// configuration omits is compared as kubeadm filled it in; bindPort and
+// dnsDomain are compared too. kubeadm's own defaults fixture gives no note.
+func TestConfigDefaultsCrossChecked(t *testing.T) {
+	notes := func(version, config string, edits ...string) []string {
+		t.Helper()
+		dir, cfg := copyFixture(t, version, config)
+		for i := 0; i+1 < len(edits); i += 2 {
+			edit(t, cfg, edits[i], edits[i+1])
+		}
+		src, err := ReadKubeadm(dir, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Check(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Notes
+	}
+	if n := notes("v1.37.2", "defaults"); len(n) != 0 {
+		t.Errorf("kubeadm's defaults: notes %v", n)
+	}
+	for _, tc := range []struct{ old, new, field, says string }{
+		{"  serviceSubnet: 10.112.0.0/16\n", "", "networking.serviceSubnet", "10.96.0.0/12, the manifests run 10.112.0.0/16"},
+		{"  bindPort: 8443\n", "", "localAPIEndpoint.bindPort", "6443, the manifests run 8443"},
+		{"dnsDomain: k8s.internal", "dnsDomain: cluster.example", "networking.dnsDomain", "cluster.example, the manifests run k8s.internal"},
+		{"  dnsDomain: k8s.internal\n", "", "networking.dnsDomain", "cluster.local, the manifests run k8s.internal"},
+		{"    dataDir: /srv/etcd/data\n", "", "etcd.local.dataDir", "/var/lib/etcd, the manifests run /srv/etcd/data"},
+	} {
+		n := notes("v1.37.2", "custom-paths", tc.old, tc.new)
+		if len(n) != 1 || !strings.HasPrefix(n[0], tc.field+": ") || !strings.Contains(n[0], "says "+tc.field+" "+tc.says) {
+			t.Errorf("custom-paths with %q -> %q: notes %v, want one: %s ... %s", tc.old, tc.new, n, tc.field, tc.says)
+		}
+	}
+}

@@ -24,9 +24,11 @@ type KubeadmConfig struct {
 	AdvertiseAddress string
 	// KubernetesVersion is ClusterConfiguration's kubernetesVersion.
 	KubernetesVersion string
-	// CertificatesDir, EtcdDataDir, ServiceSubnet and PodSubnet are
-	// ClusterConfiguration's.
-	CertificatesDir, EtcdDataDir, ServiceSubnet, PodSubnet string
+	// CertificatesDir, EtcdDataDir, ServiceSubnet, PodSubnet and
+	// DNSDomain are ClusterConfiguration's.
+	CertificatesDir, EtcdDataDir, ServiceSubnet, PodSubnet, DNSDomain string
+	// BindPort is the API server's localAPIEndpoint.bindPort.
+	BindPort int
 	// ExternalEtcd is set when ClusterConfiguration has etcd.external.
 	ExternalEtcd bool
 }
@@ -38,19 +40,16 @@ type kubeadmDoc struct {
 	NodeRegistration struct {
 		Name string `json:"name"`
 	} `json:"nodeRegistration"`
-	LocalAPIEndpoint struct {
-		AdvertiseAddress string `json:"advertiseAddress"`
-	} `json:"localAPIEndpoint"`
-	ControlPlane *struct {
-		LocalAPIEndpoint struct {
-			AdvertiseAddress string `json:"advertiseAddress"`
-		} `json:"localAPIEndpoint"`
+	LocalAPIEndpoint apiEndpoint `json:"localAPIEndpoint"`
+	ControlPlane     *struct {
+		LocalAPIEndpoint apiEndpoint `json:"localAPIEndpoint"`
 	} `json:"controlPlane"`
 	KubernetesVersion string `json:"kubernetesVersion"`
 	CertificatesDir   string `json:"certificatesDir"`
 	Networking        struct {
 		ServiceSubnet string `json:"serviceSubnet"`
 		PodSubnet     string `json:"podSubnet"`
+		DNSDomain     string `json:"dnsDomain"`
 	} `json:"networking"`
 	Etcd struct {
 		Local *struct {
@@ -60,12 +59,30 @@ type kubeadmDoc struct {
 	} `json:"etcd"`
 }
 
+type apiEndpoint struct {
+	AdvertiseAddress string `json:"advertiseAddress"`
+	BindPort         int    `json:"bindPort"`
+}
+
+// kubeadm's defaults for what the configuration may omit (kubeadm's
+// cmd/kubeadm/app/apis/kubeadm/v1beta4 defaults): a field left out is
+// compared as kubeadm filled it in, not skipped.
+const (
+	kubeadmCertificatesDir = "/etc/kubernetes/pki"
+	kubeadmEtcdDataDir     = "/var/lib/etcd"
+	kubeadmServiceSubnet   = "10.96.0.0/12"
+	kubeadmDNSDomain       = "cluster.local"
+	kubeadmBindPort        = 6443
+)
+
 // ReadKubeadmConfig reads kubeadm's configuration file at path. A document
 // that is not kubeadm's (another apiVersion, such as a KubeletConfiguration
 // beside them) is skipped; a file with no kubeadm document, or one that
-// does not parse, is an error naming the file.
+// does not parse, is an error naming the file. What the file omits takes
+// kubeadm's default: the node name and advertise address (found from the
+// host) and the Kubernetes version stay unset.
 func ReadKubeadmConfig(path string) (*KubeadmConfig, error) {
-	b, _, err := durable.ReadRegular(path)
+	b, err := durable.ReadInput(path)
 	if err != nil {
 		return nil, fmt.Errorf("kubeadm configuration: %w", err)
 	}
@@ -84,16 +101,19 @@ func ReadKubeadmConfig(path string) (*KubeadmConfig, error) {
 		case "InitConfiguration":
 			cfg.NodeName = or(cfg.NodeName, d.NodeRegistration.Name)
 			cfg.AdvertiseAddress = or(cfg.AdvertiseAddress, d.LocalAPIEndpoint.AdvertiseAddress)
+			cfg.BindPort = max(cfg.BindPort, d.LocalAPIEndpoint.BindPort)
 		case "JoinConfiguration":
 			cfg.NodeName = or(cfg.NodeName, d.NodeRegistration.Name)
 			if d.ControlPlane != nil {
 				cfg.AdvertiseAddress = or(cfg.AdvertiseAddress, d.ControlPlane.LocalAPIEndpoint.AdvertiseAddress)
+				cfg.BindPort = max(cfg.BindPort, d.ControlPlane.LocalAPIEndpoint.BindPort)
 			}
 		case "ClusterConfiguration":
 			cfg.KubernetesVersion = d.KubernetesVersion
 			cfg.CertificatesDir = d.CertificatesDir
 			cfg.ServiceSubnet = d.Networking.ServiceSubnet
 			cfg.PodSubnet = d.Networking.PodSubnet
+			cfg.DNSDomain = d.Networking.DNSDomain
 			cfg.ExternalEtcd = d.Etcd.External != nil
 			if d.Etcd.Local != nil {
 				cfg.EtcdDataDir = d.Etcd.Local.DataDir
@@ -102,6 +122,15 @@ func ReadKubeadmConfig(path string) (*KubeadmConfig, error) {
 	}
 	if !found {
 		return nil, fmt.Errorf("kubeadm configuration %s: no kubeadm.k8s.io document (InitConfiguration, ClusterConfiguration or JoinConfiguration)", path)
+	}
+	cfg.CertificatesDir = or(cfg.CertificatesDir, kubeadmCertificatesDir)
+	cfg.ServiceSubnet = or(cfg.ServiceSubnet, kubeadmServiceSubnet)
+	cfg.DNSDomain = or(cfg.DNSDomain, kubeadmDNSDomain)
+	if !cfg.ExternalEtcd {
+		cfg.EtcdDataDir = or(cfg.EtcdDataDir, kubeadmEtcdDataDir)
+	}
+	if cfg.BindPort == 0 {
+		cfg.BindPort = kubeadmBindPort
 	}
 	return cfg, nil
 }

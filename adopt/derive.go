@@ -255,6 +255,12 @@ func crossCheck(cfg *KubeadmConfig, st *nodestate.NodeState) []string {
 	check("etcd.local.dataDir", cleanDir(cfg.EtcdDataDir), st.Etcd.DataDir)
 	check("networking.serviceSubnet", cfg.ServiceSubnet, st.Networking.ServiceCIDR)
 	check("networking.podSubnet", cfg.PodSubnet, st.Networking.PodCIDR)
+	check("networking.dnsDomain", cfg.DNSDomain, or(st.Networking.DNSDomain, nodestate.DefaultDNSDomain))
+	port := st.Ports.APIServer
+	if port == 0 {
+		port = nodestate.DefaultAPIServerPort
+	}
+	check("localAPIEndpoint.bindPort", strconv.Itoa(cfg.BindPort), strconv.Itoa(port))
 	return notes
 }
 

@@ -79,7 +79,7 @@ func ParseRelease(b []byte) (*Release, error) {
 // LoadRelease reads and parses the release file at path. Its errors start
 // with "release PATH: ".
 func LoadRelease(path string) (*Release, []byte, error) {
-	b, _, err := durable.ReadRegular(path)
+	b, err := durable.ReadInput(path) // bounded: 1 MiB
 	if err != nil {
 		return nil, nil, fmt.Errorf("release %s: %w", path, err)
 	}

@@ -173,6 +173,11 @@ func TestHostileJournalIsRefusedWithNothingTouched(t *testing.T) {
 		{"snapshot dir through ..", "snapshotDir", func(n *hostileNode) {
 			n.begin(journal.KindUpgrade, func(t *journal.Txn) { t.SnapshotDir = n.snaps + "/../../victim/snap" })
 		}, resume},
+		{"snapshot dir stored relative, through ..", "snapshotDir", func(n *hostileNode) {
+			// Journal schema 6 stores paths relative to its directory and
+			// joins them back: a stored "../x" resolves outside it.
+			n.begin(journal.KindUpgrade, func(t *journal.Txn) { t.Phase, t.SnapshotDir = journal.PhaseRollingBack, "../victim/snap" })
+		}, resume},
 		{"snapshot dir a symlink", "snapshotDir", func(n *hostileNode) {
 			txn := n.begin(journal.KindUpgrade, func(*journal.Txn) {})
 			if err := os.MkdirAll(n.snaps, 0o700); err != nil {

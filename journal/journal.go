@@ -43,6 +43,9 @@ var (
 	// ErrNeedsMigration: a read-only Open found an older schema; a
 	// read-write Open migrates it.
 	ErrNeedsMigration = errors.New("it needs migrating")
+	// ErrEmpty: a read-only Open found a 0-byte file: no journal was ever
+	// written to it.
+	ErrEmpty = errors.New("is empty")
 	// ErrNoState: no node state has been imported yet.
 	ErrNoState = errors.New("no node state in the journal; import one first")
 	// ErrNoTxn: no transaction has the given id.

@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -191,13 +192,20 @@ func TestOpenRefuses(t *testing.T) {
 		{
 			name:  "newer schema",
 			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 99) },
-			want:  []string{"schema version 99", "version 6 that this stratum-upgrade knows", "nothing was written"},
+			want:  []string{"schema version 99", fmt.Sprintf("version %d that this stratum-upgrade knows", currentVersion), "nothing was written"},
 		},
 		{
 			name:  "newer schema read-only",
-			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, 7) },
+			setup: func(t *testing.T, path string) { makeJournal(t, path); setVersion(t, path, currentVersion+1) },
 			opt:   Options{ReadOnly: true},
-			want:  []string{"schema version 7", "version 6"},
+			want:  []string{fmt.Sprintf("schema version %d", currentVersion+1), fmt.Sprintf("version %d", currentVersion)},
+		},
+		{
+			name:  "empty read-only",
+			setup: func(t *testing.T, path string) { must(t, os.WriteFile(path, nil, 0o600)) },
+			opt:   Options{ReadOnly: true},
+			want:  []string{"is empty: 0 bytes", "no journal was ever written"},
+			is:    ErrEmpty,
 		},
 		{
 			name:  "missing read-only",

@@ -188,6 +188,7 @@ func getTxn(tx *bolt.Tx, id string) (*storedTxn, error) {
 	if err := json.Unmarshal(v, &st); err != nil {
 		return nil, fmt.Errorf("txns/%s: %w", id, err)
 	}
+	fromStored(&st.Txn, stateDir(tx))
 	return &st, nil
 }
 
@@ -210,7 +211,9 @@ func getOpenTxn(tx *bolt.Tx, id string) (*storedTxn, error) {
 // putTxn stores st and returns the Txn decoded back from the stored bytes,
 // so that the caller's value shares nothing with what it gets.
 func putTxn(tx *bolt.Tx, st *storedTxn) (Txn, error) {
-	b, err := json.Marshal(st)
+	stored := *st
+	toStored(&stored.Txn, stateDir(tx))
+	b, err := json.Marshal(&stored)
 	if err != nil {
 		return Txn{}, fmt.Errorf("encode txn %s: %w", st.ID, err)
 	}
@@ -221,5 +224,6 @@ func putTxn(tx *bolt.Tx, st *storedTxn) (Txn, error) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		return Txn{}, fmt.Errorf("decode txn %s: %w", st.ID, err)
 	}
+	fromStored(&out.Txn, stateDir(tx))
 	return out.Txn, nil
 }

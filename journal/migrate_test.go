@@ -200,10 +200,10 @@ func TestMigrateV4(t *testing.T) {
 	}
 }
 
-// A version-5 file (no record has the etcd-answered or etcd-silent step)
-// migrates to version 6 by moving the version alone: an open upgrade's
+// A version-6 file (no record has the etcd-answered or etcd-silent step)
+// migrates to version 7 by moving the version alone: an open upgrade's
 // records read back as they were, and the steps journaled next read back.
-func TestMigrateV5(t *testing.T) {
+func TestMigrateV6(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "stratum.db")
 	j := openTest(t, path, Options{})
 	must(t, j.PutNodeState(testState(t, "v1.34.4")))
@@ -212,11 +212,11 @@ func TestMigrateV5(t *testing.T) {
 	old, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepReplaced, Component: "etcd"})
 	must(t, err)
 	must(t, j.Close())
-	setVersion(t, path, 5)
+	setVersion(t, path, 6)
 
 	j = openTest(t, path, Options{})
-	if v, err := j.SchemaVersion(); err != nil || v != 6 {
-		t.Fatalf("SchemaVersion() after migration = %d, %v; want 6", v, err)
+	if v, err := j.SchemaVersion(); err != nil || v != 7 {
+		t.Fatalf("SchemaVersion() after migration = %d, %v; want 7", v, err)
 	}
 	_, err = j.Append(txn.ID, PhaseApplying, Record{Step: StepEtcdAnswered, Component: "etcd"}, Record{Step: StepEtcdSilent, Component: "etcd"})
 	must(t, err)

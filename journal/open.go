@@ -80,6 +80,10 @@ func Open(path string, opt Options) (*Journal, error) {
 		return nil, &osError{fmt.Sprintf("journal %s: %s", path, durable.Reason(filepath.Dir(path), err)), err}
 	case errors.Is(err, fs.ErrNotExist) && opt.ReadOnly:
 		return nil, fmt.Errorf("journal %s does not exist: nothing has been imported or upgraded on this node yet", path)
+	case err == nil && fi.Size() == 0 && opt.ReadOnly:
+		// bbolt would try to write the first pages through the read-only
+		// descriptor ("bad file descriptor"); say what the file is instead.
+		return nil, fmt.Errorf("journal %s %w: 0 bytes, no journal was ever written to it (its creation was cut short, or a copy lost its data); nothing was imported here: a command that writes (init) initialises it, or restore the state directory from a backup", path, ErrEmpty)
 	case errors.Is(err, fs.ErrNotExist):
 		if err := durable.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, &osError{fmt.Sprintf("journal %s: cannot create its directory: %s", path, durable.Reason(filepath.Dir(path), err)), err}

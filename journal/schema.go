@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 6 (the current one).
+Schema of the journal file, version 7 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (6)
+	    schema_version            uint64: the schema version of this file (7)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -32,6 +32,10 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	                              pre-flight checks that failed and that the
 	                              operator let through at Begin
 	                              (IgnoredCheck: check, component, message).
+	                              "snapshotDir", "source" and the "path" of
+	                              "etcdBackup" are relative to the journal's
+	                              directory (the state directory) when inside
+	                              it, as snapshots/<id> (journal/paths.go).
 
 	records                       bucket
 	    <txn id>                  nested bucket, one per txn, created by Begin;
@@ -85,14 +89,20 @@ ignore the decision and decide again on resume, refuses the file. Version 5
 also adds the txn field "down" (the components that did not answer when the
 transaction began, which its rollback does not demand back); it came in the
 same release as etcd-data, and a version-4 binary, which would drop it when
-it rewrites a txn, is refused by the same bump. Version 6 adds the steps
-"etcd-answered" (the new etcd answered: it wrote to the data) and
-"etcd-silent" (the wait for it ended without an answer, watched from the
-old etcd's stop on), from which a rollback decides whether etcd's data
-can be kept, the etcd-data decision "downgrade" and the step
-"etcd-downgraded" (etcd's downgrade protocol moved the data back a minor);
-no older file holds one, so its migration only moves the
-version, and a version-5 binary, which would take every replaced etcd for
+it rewrites a txn, is refused by the same bump. Version 6 stores the
+paths of a txn inside the state directory relative to it (paths.go), so
+that a state directory restored onto another path still names its own
+snapshots; its migration rewrites every txn's paths (one outside the
+directory whose parent is named snapshots, left by a directory moved
+before the migration, becomes snapshots/<name>), and a version-5 binary,
+which would take the relative paths for paths of its working directory,
+refuses the file. Version 7 adds the steps "etcd-answered" (the new etcd answered: it wrote
+to the data) and "etcd-silent" (the wait for it ended without an answer,
+watched from the old etcd's stop on), from which a rollback decides
+whether etcd's data can be kept, the etcd-data decision "downgrade" and
+the step "etcd-downgraded" (etcd's downgrade protocol moved the data back
+a minor); no older file holds one, so its migration only moves the
+version, and a version-6 binary, which would take every replaced etcd for
 one that wrote, refuses the file.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
@@ -114,7 +124,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 6
+const currentVersion = 7
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -151,7 +161,8 @@ var migrations = []migration{
 	{name: "v2 to v3: the replaced step", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v3 to v4: the ignored pre-flight checks of a txn", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v4 to v5: the etcd-data step and the txn field down", run: func(*bolt.Tx, time.Time) error { return nil }},
-	{name: "v5 to v6: the etcd-answered and etcd-silent steps", run: func(*bolt.Tx, time.Time) error { return nil }},
+	{name: "v5 to v6: paths relative to the state directory", run: func(tx *bolt.Tx, _ time.Time) error { return migrateV5toV6(tx) }},
+	{name: "v6 to v7: the etcd-answered, etcd-silent and etcd-downgraded steps", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release

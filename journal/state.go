@@ -130,6 +130,7 @@ func (j *Journal) History(limit int) ([]Txn, error) {
 			if err := json.Unmarshal(v, &st); err != nil {
 				return fmt.Errorf("txns/%s: %w", k, err)
 			}
+			fromStored(&st.Txn, stateDir(tx))
 			all = append(all, st)
 			return nil
 		})

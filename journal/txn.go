@@ -185,7 +185,7 @@ const (
 	// EtcdDowngrade: a newer etcd minor wrote to a single member's data
 	// and answers: etcd's downgrade protocol moves the data back to the
 	// old minor, every write kept (StepEtcdDowngraded once done); if etcd
-	// refuses, a later etcd-data record decides restore. Schema 6.
+	// refuses, a later etcd-data record decides restore. Schema 7.
 	EtcdDowngrade = "downgrade"
 )
 
@@ -211,16 +211,16 @@ const (
 	// StepEtcdRestored: etcd's data was restored from its backup.
 	StepEtcdRestored Step = "etcd-restored"
 	// StepEtcdAnswered: the etcd an upgrade wrote answered its health
-	// endpoint, so it ran on the data and wrote to it. Schema 6.
+	// endpoint, so it ran on the data and wrote to it. Schema 7.
 	StepEtcdAnswered Step = "etcd-answered"
 	// StepEtcdSilent: the wait for the etcd an upgrade wrote ended without
 	// an answer, watched by the run that wrote its manifest from the stop
 	// of the old etcd on: no newer etcd wrote to the data up to this
-	// record. Schema 6.
+	// record. Schema 7.
 	StepEtcdSilent Step = "etcd-silent"
 	// StepEtcdDowngraded: etcd's downgrade protocol moved the data back
 	// to the old minor (Record.Why says to which storage version, at
-	// which revision). Schema 6.
+	// which revision). Schema 7.
 	StepEtcdDowngraded Step = "etcd-downgraded"
 	// StepVerified: the transaction passed its soak and committed.
 	StepVerified Step = "verified"

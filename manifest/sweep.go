@@ -117,7 +117,9 @@ func (s *Store) Sweep() (SweepResult, error) {
 		if strings.HasPrefix(name, ".") {
 			continue // kubelet ignores hidden files, and so do we
 		}
-		s.log.Warn("entry in the manifest directory is not a stratum manifest; left alone", "file", name, "kubelet", StrayNote(s.dir, name))
+		// Info, not a warning: the stray is in the result, and each command
+		// reports its strays once, in its output (issue 32: they were twice).
+		s.log.Info("entry in the manifest directory is not a stratum manifest; left alone", "file", name, "kubelet", StrayNote(s.dir, name))
 		res.Strays = append(res.Strays, name)
 	}
 	if len(res.Swept) > 0 {

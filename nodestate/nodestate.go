@@ -284,7 +284,7 @@ const (
 // (Patches). Every error names path and, where one is at fault, the field
 // path.
 func Load(path string) (*NodeState, error) {
-	b, _, err := durable.ReadRegular(path)
+	b, err := durable.ReadInput(path) // bounded: 1 MiB
 	if err != nil {
 		return nil, fmt.Errorf("node state %s: %w", path, err)
 	}

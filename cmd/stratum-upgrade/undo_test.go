@@ -152,3 +152,36 @@ func downSchedulerNode(t *testing.T) *cliNode {
 	}
 	return c
 }
+
+// TestMovedStateDir is issue 32's "a state directory can move": the state
+// directory copied to another path (a restore from backup) is not a
+// damaged journal there: status and history read it, and rollback --last
+// undoes the last commit from the snapshot the copy holds.
+func TestMovedStateDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up a test bed node")
+	}
+	n := testbed.Start(t, testbed.Options{StateFile: "testdata/states/default-vip.yaml"})
+	c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
+	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
+	c.want(cli.ExitOK, "stop", "kube-scheduler", "--soak=1s")
+
+	moved := filepath.Join(n.Root, "restored", "stratum")
+	if err := os.CopyFS(moved, os.DirFS(c.stateDir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(c.stateDir); err != nil {
+		t.Fatal(err)
+	}
+	c.stateDir = moved
+	status := c.want(cli.ExitOK, "status")
+	contains(t, "status of the moved state directory", status, "transaction:  none open; last ")
+	if got := historyLen(t, c); got != 1 {
+		t.Errorf("history of the moved state directory: %d transactions, want 1 (the stop)", got)
+	}
+	out := c.want(cli.ExitOK, "rollback", "--last")
+	contains(t, "rollback --last in the moved state directory", out, "\ncommitted ")
+	if strings.Contains(c.want(cli.ExitOK, "status"), "stopped") {
+		t.Errorf("kube-scheduler is still stopped after rollback --last from the moved state directory")
+	}
+}

@@ -68,7 +68,7 @@ func (g *globals) adoptKubeadm(a adoptFlags, force bool, opts engine.UpgradeOpti
 	}
 	restarts := plan.Restarts()
 	if g.json() && !a.yes {
-		return writeJSON(g.stdout, adoptJSON(plan, src.Dir))
+		return g.write(adoptJSON(plan, src.Dir))
 	}
 	if !g.json() {
 		if err := printAdoption(g.stdout, plan, src.Dir); err != nil {

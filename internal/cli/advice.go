@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/cri"
@@ -85,12 +86,12 @@ func withAdvice(err error) string { return (&globals{}).withAdvice(err) }
 // the release each check names, or let a check through; and the commands
 // some checks call for, with the directories in use.
 func (g *globals) preflightAdvice(err error) string {
-	adv := "\nEach check says which release would be valid: upgrade through it first. To go ahead anyway, let a check through with --ignore-preflight-errors=NAME[,NAME...] (or all); the journal records it with the transaction"
+	adv := "\nTo go ahead anyway, let a check through with --ignore-preflight-errors=NAME[,NAME...] (or all); the journal records it with the transaction"
 	var pe *engine.PreflightError
 	if !errors.As(err, &pe) {
 		return adv
 	}
-	var downgrade, health, image, other bool
+	var downgrade, health, image, other, path bool
 	for _, f := range pe.Failed {
 		switch f.Check {
 		case versions.CheckKubernetesDowngrade, versions.CheckEtcdDowngrade:
@@ -99,6 +100,8 @@ func (g *globals) preflightAdvice(err error) string {
 			health = true
 		case engine.CheckImagePull:
 			image = true
+		case versions.CheckKubernetesMinorSkip, versions.CheckEtcdMinorSkip, versions.CheckEtcdMinimumPatch, versions.CheckUnsupportedVersion, versions.CheckComponentSkew:
+			path = true
 		}
 		other = other || f.Check != engine.CheckImagePull
 	}
@@ -108,6 +111,11 @@ func (g *globals) preflightAdvice(err error) string {
 			return img
 		}
 		adv += img
+	}
+	// Only the upgrade-path checks of a release name a release that would
+	// be valid; etcd's health, a downgrade or a node state's change do not.
+	if path && strings.HasPrefix(pe.Subject, "release ") {
+		adv = "\nEach check says which release would be valid: upgrade through it first. " + strings.TrimPrefix(adv, "\n")
 	}
 	if downgrade {
 		adv += fmt.Sprintf("\nTo go back to the release before the last committed upgrade, run `%s`", g.cmdline("rollback --last"))

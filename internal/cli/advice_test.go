@@ -69,3 +69,31 @@ func TestAdviceCarriesDirs(t *testing.T) {
 		t.Errorf("shellQuote = %s, want %s", got, want)
 	}
 }
+
+// TestPreflightFooter: "Each check says which release would be valid"
+// follows a release's upgrade-path checks only: not etcd's health alone,
+// not a node state's change.
+func TestPreflightFooter(t *testing.T) {
+	const footer = "Each check says which release would be valid"
+	g := &globals{}
+	for _, tc := range []struct {
+		subject string
+		checks  []string
+		want    bool
+	}{
+		{"release v1.37.2", []string{versions.CheckEtcdMinorSkip, engine.CheckEtcdHealth}, true},
+		{"release v1.37.2", []string{versions.CheckComponentSkew}, true},
+		{"release v1.37.2", []string{engine.CheckEtcdHealth}, false},
+		{"release v1.36.2", []string{versions.CheckKubernetesDowngrade}, false},
+		{"node state v1.36.3", []string{versions.CheckComponentSkew}, false},
+	} {
+		pe := &engine.PreflightError{Subject: tc.subject}
+		for _, c := range tc.checks {
+			pe.Failed = append(pe.Failed, versions.Finding{Check: c, Message: "m"})
+		}
+		adv := g.preflightAdvice(pe)
+		if strings.Contains(adv, footer) != tc.want || !strings.Contains(adv, "--ignore-preflight-errors") {
+			t.Errorf("%s %v: advice %q; footer wanted: %v", tc.subject, tc.checks, adv, tc.want)
+		}
+	}
+}

@@ -35,8 +35,9 @@ func loadStateFile(path string) (*nodestate.NodeState, error) {
 func newApplyCmd(g *globals) *cobra.Command {
 	var state string
 	var ignore []string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "apply --state FILE",
+		Use:   "apply --state FILE [--dry-run]",
 		Short: "Change the node to the node state in FILE as one journaled transaction",
 		Long: `apply changes the node to the node state in FILE the way run changes it to a
 release: snapshot the manifests (and etcd's data when etcd's manifest changes),
@@ -59,11 +60,14 @@ refused while a transaction is open, and runs the pre-flight checks of run.
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			to, err := loadStateFile(state)
+			opts, err := upgradeOptions(ignore)
 			if err != nil {
 				return err
 			}
-			opts, err := upgradeOptions(ignore)
+			if dryRun {
+				return g.runPlanState(state, opts) // plan --state FILE
+			}
+			to, err := loadStateFile(state)
 			if err != nil {
 				return err
 			}
@@ -77,5 +81,6 @@ refused while a transaction is open, and runs the pre-flight checks of run.
 	cmd.Flags().StringVar(&state, "state", "", "node state file (YAML, kind NodeState)")
 	preflightFlag(cmd, &ignore)
 	g.criFlags(cmd, true, true)
+	dryRunFlag(cmd, &dryRun, "plan --state FILE: the pre-flight checks and what it would change")
 	return cmd
 }

@@ -99,7 +99,7 @@ func (g *globals) audit(args []string) error {
 		rep.Components = append(rep.Components, e)
 	}
 	if g.json() {
-		if err := writeJSON(g.stdout, rep); err != nil {
+		if err := g.write(rep); err != nil {
 			return err
 		}
 	} else {

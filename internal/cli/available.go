@@ -70,7 +70,7 @@ func (g *globals) runAvailable() error {
 		return err
 	}
 	if g.json() {
-		return writeJSON(g.stdout, rep)
+		return g.write(rep)
 	}
 	g.printAvailable(rep)
 	return nil

@@ -205,7 +205,6 @@ type globals struct {
 func (g *globals) journalPath() string  { return filepath.Join(g.stateDir, JournalFile) }
 func (g *globals) progressPath() string { return filepath.Join(g.stateDir, ProgressFile) }
 func (g *globals) snapshotRoot() string { return filepath.Join(g.stateDir, SnapshotsDir) }
-func (g *globals) json() bool           { return g.output == "json" }
 
 // cmdline is the command line an operator runs to do args ("resume",
 // "init --state FILE") on this node: "stratum-upgrade ARGS", followed by
@@ -329,6 +328,17 @@ func ran(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, 
 	}
 }
 
+// Root is the command tree with every flag and help text, writing to
+// stdout and stderr, for what is generated from it: the man pages and the
+// shell completion scripts of make dist.
+func Root(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr, start: time.Now()}
+	root := newRoot(g)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root
+}
+
 func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "stratum-upgrade",
@@ -349,7 +359,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: ran(func(cmd *cobra.Command, args []string) error {
-			return g.setup()
+			return g.setup(cmd)
 		}),
 	}
 	cobra.EnableCommandSorting = false // workflow order, as added below
@@ -359,6 +369,12 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	for _, name := range globalFlags {
 		root.PersistentFlags().AddFlag(g.flags.Lookup(name))
 	}
+	// --help is known to the root before the command is looked up, so that
+	// "--help -o json" reads -o's value as a value, not as a command.
+	root.InitDefaultHelpFlag()
+	// Before the completion command is made: it keeps the writer it sees.
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
 	root.AddCommand(
 		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
 		newRollbackCmd(g), newImagesCmd(g), newStatusCmd(g), newStateCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),

@@ -126,7 +126,7 @@ func (g *globals) statusCluster() error {
 		}
 		rep := clusterReport{Endpoints: c.Endpoints(), View: v}
 		if g.json() {
-			return writeJSON(g.stdout, rep.json())
+			return g.write(rep.json())
 		}
 		rep.print(g.stdout)
 		return nil
@@ -182,7 +182,7 @@ prints what it cleared. It changes nothing on any node.`,
 					return err
 				}
 				if g.json() {
-					return writeJSON(g.stdout, map[string]any{"cleared": h})
+					return g.write(map[string]any{"cleared": h})
 				}
 				if h == nil {
 					fmt.Fprintln(g.stdout, "nothing to do: the rollout is not halted")

@@ -33,7 +33,7 @@ func TestClusterJSONSchema(t *testing.T) {
 	}
 	for name, v := range views {
 		var b bytes.Buffer
-		if err := writeJSON(&b, clusterReport{Endpoints: []string{"https://127.0.0.1:2379"}, View: v}.json()); err != nil {
+		if err := writeAs(&b, "json", clusterReport{Endpoints: []string{"https://127.0.0.1:2379"}, View: v}.json()); err != nil {
 			t.Fatal(err)
 		}
 		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(b.String()))

@@ -98,12 +98,20 @@ func loadConfig(lookupEnv func(string) (string, bool)) (*config, error) {
 	return c, nil
 }
 
-// applyConfig sets every flag the command line left unset from its
-// STRATUM_<FLAG> environment variable (an empty one counts as unset), or
-// else from the config file. A value the flag refuses is a usage error
-// naming where it came from.
-func (g *globals) applyConfig(lookupEnv func(string) (string, bool)) error {
+// applyConfig sets every flag the command uses (uses) and the command
+// line left unset from its STRATUM_<FLAG> environment variable (an empty
+// one counts as unset), or else from the config file. A value the flag
+// refuses is a usage error naming where it came from; a key the command
+// does not use is not looked at. With lenient (the boot step before
+// kubelet, which must not fail on a file it could do without), a config
+// file that cannot be read or parsed is a warning, and the environment
+// and the defaults apply.
+func (g *globals) applyConfig(lookupEnv func(string) (string, bool), uses func(string) bool, lenient bool) error {
 	c, err := loadConfig(lookupEnv)
+	if err != nil && lenient {
+		fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %v; going on without it\n", err)
+		c, err = &config{values: map[string]string{}}, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -114,7 +122,7 @@ func (g *globals) applyConfig(lookupEnv func(string) (string, bool)) error {
 	}
 	for _, k := range configKeys {
 		f := g.flags.Lookup(k)
-		if f == nil || f.Changed {
+		if f == nil || f.Changed || !uses(k) {
 			continue
 		}
 		if v, ok := lookupEnv(envName(k)); ok && v != "" {

@@ -7,9 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/ciq/stratum-upgrade/engine"
@@ -42,24 +45,26 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
 	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
-	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json (one JSON object per line)")
+	f.StringVarP(&g.output, "output", "o", "text", "output format: text, json (one JSON object per line) or yaml (one YAML document per object)")
 	f.StringVar(&g.metricsFile, "metrics-file", "", "after the transaction, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
 	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
 	_ = f.MarkHidden("proc-scope")
 	return f
 }
 
-// setup applies the environment and the config file to the flags the
-// command line left unset, validates the global flags and builds the
-// logger and the scanner.
-func (g *globals) setup() error {
-	if err := g.applyConfig(os.LookupEnv); err != nil {
-		return err
+// setup applies the environment and the config file to the flags of cmd
+// the command line left unset, validates the flags cmd uses and builds the
+// logger and the scanner. version and completion read no config: they
+// need nothing from it, and a broken file must not break them.
+func (g *globals) setup(cmd *cobra.Command) error {
+	uses := func(name string) bool { return usesFlag(cmd, name) }
+	if readsConfig(cmd) {
+		if err := g.applyConfig(os.LookupEnv, uses, bootStep(cmd)); err != nil {
+			return err
+		}
 	}
-	switch g.output {
-	case "text", "json", "yaml": // yaml: state prints YAML; the others text
-	default:
-		return cmdLineErrorf("--output %q: must be text or json%s", g.output, g.from("output"))
+	if !slices.Contains(outputFormats, g.output) {
+		return cmdLineErrorf("--output %q: must be text, json or yaml%s", g.output, g.from("output"))
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
@@ -73,11 +78,11 @@ func (g *globals) setup() error {
 		{"--release-wait", g.dl.Release}, {"--soak", g.dl.Soak}, {"--etcd-backup-timeout", g.dl.EtcdBackup}, {"--lock-timeout", g.lockTimeout},
 		{"--cluster-wait", g.coord.Wait},
 	} {
-		if d.v <= 0 {
+		if d.v <= 0 && uses(d.name) {
 			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))
 		}
 	}
-	if g.keep < 1 {
+	if g.keep < 1 && uses("keep") {
 		return cmdLineErrorf("--keep %d: must be at least 1%s", g.keep, g.from("keep"))
 	}
 	if g.manifestDir == "" || g.stateDir == "" {
@@ -111,4 +116,36 @@ func (g *globals) setup() error {
 		g.scanner = g.scanner.Within(pid)
 	}
 	return nil
+}
+
+// readsConfig: every command reads the config file and the environment
+// but version, help and completion (the completion script and cobra's
+// __complete), which use none of their keys.
+func readsConfig(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		switch n := c.Name(); {
+		case n == "version", n == "help", n == "completion", strings.HasPrefix(n, "__complete"):
+			return false
+		}
+	}
+	return true
+}
+
+// bootStep is resume --prepare, the boot unit that runs before kubelet.
+func bootStep(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup("prepare")
+	return cmd.Name() == "resume" && f != nil && f.Changed
+}
+
+// usesFlag reports whether cmd uses the flag name ("--soak" or "soak"):
+// it takes the flag, and it is not one of the transaction flags resume
+// --prepare takes but never reads (it waits for nothing). A flag a
+// command does not use is neither set from the environment or the config
+// file nor validated, so a bad value there cannot break that command.
+func usesFlag(cmd *cobra.Command, name string) bool {
+	name = strings.TrimPrefix(name, "--")
+	if cmd.Flags().Lookup(name) == nil {
+		return false
+	}
+	return !bootStep(cmd) || !slices.Contains(txnFlags, name)
 }

@@ -68,7 +68,7 @@ func (g *globals) forgetNode(ctx context.Context, c *cluster.Coordinator, node, 
 		return err
 	}
 	if g.json() {
-		return writeJSON(g.stdout, forgetOut(node, res))
+		return g.write(forgetOut(node, res))
 	}
 	g.printForget(node, res)
 	return nil
@@ -157,8 +157,8 @@ func nodeProgressOut(p cluster.Progress) nodeProgressJSON {
 // completeOpenNodes completes NODE with the nodes whose transaction is
 // open, this one aside: the ones forget-node can act on. Bounded at 3 s;
 // no etcd, no suggestion.
-func (g *globals) completeOpenNodes(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 || g.setup() != nil {
+func (g *globals) completeOpenNodes(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 || g.setup(cmd) != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	g.lockTimeout = min(g.lockTimeout, time.Second) // a running transaction holds the journal

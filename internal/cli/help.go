@@ -158,6 +158,7 @@ func (g *globals) conventions(root *cobra.Command) {
 	g.checkHistoryLimit(root)
 	g.auditComponents(root)
 	g.guardNoJournal(root)
+	g.completions(root)
 }
 
 // find is root's command name; it panics when there is none (a bug in

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-
-	"github.com/ciq/stratum-upgrade/journal"
 )
 
 func newHistoryCmd(g *globals) *cobra.Command {
@@ -78,7 +75,7 @@ func (g *globals) history(limit int) error {
 	}
 	rep.NoJournal = !ok
 	if g.json() {
-		return writeJSON(g.stdout, rep)
+		return g.write(rep)
 	}
 	switch {
 	case rep.NoJournal:
@@ -149,28 +146,4 @@ func textWidth(w io.Writer) int {
 		return n
 	}
 	return 0
-}
-
-// versionReport is version's output (docs/schemas/version.json).
-type versionReport struct {
-	Version       string `json:"version"`
-	Go            string `json:"go"`
-	Platform      string `json:"platform"`
-	JournalSchema int    `json:"journalSchema"`
-}
-
-func newVersionCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, the Go version and the journal schema version",
-		Args:  cobra.NoArgs,
-		RunE: ran(func(cmd *cobra.Command, args []string) error {
-			v := versionReport{Version: Version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, JournalSchema: journal.CurrentSchemaVersion}
-			if g.json() {
-				return writeJSON(g.stdout, v)
-			}
-			fmt.Fprintf(g.stdout, "stratum-upgrade %s\ngo: %s %s\njournal schema: %d\n", v.Version, v.Go, v.Platform, v.JournalSchema)
-			return nil
-		}),
-	}
 }

@@ -76,30 +76,31 @@ func TestWritten(t *testing.T) {
 	}
 }
 
-func TestJSONRequested(t *testing.T) {
+func TestOutputRequested(t *testing.T) {
 	tests := []struct {
 		args []string
-		want bool
+		want string
 	}{
-		{[]string{"frobnicate", "-o", "json"}, true},
-		{[]string{"--output=json", "frobnicate"}, true},
-		{[]string{"status", "-ojson", "--bogus"}, true},
-		{[]string{"status", "-o=json"}, true},
-		{[]string{"status", "--output", "text"}, false},
-		{[]string{"status", "-o", "json", "-o", "text"}, false},
-		{[]string{"status", "--", "-o", "json"}, false},
-		{[]string{"status"}, false},
+		{[]string{"frobnicate", "-o", "json"}, "json"},
+		{[]string{"--output=json", "frobnicate"}, "json"},
+		{[]string{"status", "-ojson", "--bogus"}, "json"},
+		{[]string{"status", "-o=json"}, "json"},
+		{[]string{"status", "-o", "yaml", "--bogus"}, "yaml"},
+		{[]string{"status", "--output", "text"}, "text"},
+		{[]string{"status", "-o", "json", "-o", "text"}, "text"},
+		{[]string{"status", "--", "-o", "json"}, "text"},
+		{[]string{"status"}, "text"},
 	}
 	for _, tc := range tests {
 		g := &globals{output: "text"}
-		if got := jsonRequested(g, tc.args); got != tc.want {
-			t.Errorf("jsonRequested(%q) = %v, want %v", tc.args, got, tc.want)
+		if got := outputRequested(g, tc.args); got != tc.want {
+			t.Errorf("outputRequested(%q) = %v, want %v", tc.args, got, tc.want)
 		}
 	}
-	if !jsonRequested(&globals{output: "json"}, nil) {
+	if outputRequested(&globals{output: "json"}, nil) != "json" {
 		t.Error("a parsed --output json is not seen")
 	}
-	if jsonRequested(&globals{output: "yaml"}, []string{"-o", "yaml"}) {
-		t.Error("--output yaml asks for JSON")
+	if outputRequested(&globals{output: "yaml"}, []string{"-o", "json"}) != "yaml" {
+		t.Error("a parsed --output yaml is not seen")
 	}
 }

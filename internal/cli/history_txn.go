@@ -72,7 +72,7 @@ func (g *globals) showTxn(id string) error {
 	}
 	d := txnDetail{txnInfo: txnSummary(t, recs), EtcdBackupFile: etcdBackupOf(t.EtcdBackup), RollbackReport: rollbackReportOf(t.Detail), EtcdPath: etcdPathOf(recs), Records: recordsOut(recs)}
 	if g.json() {
-		return writeJSON(g.stdout, d)
+		return g.write(d)
 	}
 	return d.print(g.stdout, g.cmdline)
 }

@@ -160,7 +160,7 @@ func (g *globals) listImages(version string, need []engine.NeededImage) error {
 		for _, n := range need {
 			rep.Images = append(rep.Images, imageReport{Image: n.Ref, Components: n.Components})
 		}
-		return writeJSON(g.stdout, rep)
+		return g.write(rep)
 	}
 	for _, n := range need {
 		fmt.Fprintln(g.stdout, n.Ref)
@@ -207,7 +207,7 @@ func (g *globals) pullImages(version string, need []engine.NeededImage) error {
 		rep.Images = append(rep.Images, r)
 	}
 	if g.json() {
-		if err := writeJSON(g.stdout, rep); err != nil {
+		if err := g.write(rep); err != nil {
 			return err
 		}
 	}

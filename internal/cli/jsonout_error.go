@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"io"
 	"strings"
 )
@@ -35,28 +34,25 @@ var errorKinds = map[int]string{
 // command line asks for JSON (g.output, or args when the command line did
 // not parse far enough to set it). Main calls it for every non-zero exit.
 func writeErrorJSON(g *globals, args []string, stdout io.Writer, msg string, code int) {
-	if !jsonRequested(g, args) {
+	format := outputRequested(g, args)
+	if format != "json" && format != "yaml" {
 		return
 	}
 	kind, ok := errorKinds[code]
 	if !ok {
 		kind = "error"
 	}
-	b, err := json.Marshal(errorLine{errorJSON{Message: msg, Code: code, Kind: kind}})
-	if err != nil {
-		return
-	}
-	_, _ = stdout.Write(append(b, '\n'))
+	_ = writeAs(stdout, format, errorLine{errorJSON{Message: msg, Code: code, Kind: kind}})
 }
 
-// jsonRequested reports whether the command asked for --output json: the
+// outputRequested is the --output format the command asked for: the
 // parsed flag, or when parsing stopped before it (an unknown command or
 // flag), the last -o/--output in args before "--".
-func jsonRequested(g *globals, args []string) bool {
+func outputRequested(g *globals, args []string) string {
 	if g != nil && g.output != "" && g.output != "text" {
-		return g.json()
+		return g.output
 	}
-	want := false
+	want := "text"
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -64,13 +60,13 @@ func jsonRequested(g *globals, args []string) bool {
 			return want
 		case a == "-o" || a == "--output":
 			if i+1 < len(args) {
-				want = args[i+1] == "json"
+				want = args[i+1]
 				i++
 			}
 		case strings.HasPrefix(a, "--output="):
-			want = strings.TrimPrefix(a, "--output=") == "json"
+			want = strings.TrimPrefix(a, "--output=")
 		case strings.HasPrefix(a, "-o"):
-			want = strings.TrimPrefix(strings.TrimPrefix(a, "-o"), "=") == "json"
+			want = strings.TrimPrefix(strings.TrimPrefix(a, "-o"), "=")
 		}
 	}
 	return want

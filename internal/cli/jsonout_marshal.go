@@ -32,7 +32,8 @@ type planChangeJSON struct {
 
 // MarshalJSON writes plan's output (docs/schemas/plan.json) with every
 // field: message null unless there is nothing to do, ignoredChecks [] when
-// no check was let through.
+// no check was let through, failedChecks [] unless checks refuse it (then
+// the error line follows).
 func (p planReport) MarshalJSON() ([]byte, error) {
 	changes := []planChangeJSON{}
 	for _, c := range p.Changes {
@@ -45,7 +46,8 @@ func (p planReport) MarshalJSON() ([]byte, error) {
 		Message       *string          `json:"message"`
 		EtcdBackup    bool             `json:"etcdBackup"`
 		IgnoredChecks []checkJSON      `json:"ignoredChecks"`
+		FailedChecks  []checkJSON      `json:"failedChecks"`
 		Changes       []planChangeJSON `json:"changes"`
 		Images        []planImage      `json:"images"`
-	}{p.From, p.To, p.Nothing, optional(p.Message), p.EtcdBackup, checksJSON(p.IgnoredChecks), changes, p.Images})
+	}{p.From, p.To, p.Nothing, optional(p.Message), p.EtcdBackup, checksJSON(p.IgnoredChecks), checksJSON(p.FailedChecks), changes, p.Images})
 }

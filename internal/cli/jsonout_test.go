@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -126,11 +128,14 @@ type jsonNode struct {
 	dir, manifests, states string
 	schemas                map[string]*jsonschema.Schema
 	seen                   map[string]bool // schemas a line was checked against
+	// output is --output: json, or yaml, whose documents are checked
+	// against the same schemas once converted to JSON.
+	output string
 }
 
 func newJSONNode(t *testing.T) *jsonNode {
 	dir := t.TempDir()
-	n := &jsonNode{t: t, dir: dir, manifests: filepath.Join(dir, "manifests"), states: filepath.Join(dir, "state"), schemas: loadSchemas(t), seen: map[string]bool{}}
+	n := &jsonNode{t: t, dir: dir, manifests: filepath.Join(dir, "manifests"), states: filepath.Join(dir, "state"), schemas: loadSchemas(t), seen: map[string]bool{}, output: "json"}
 	b, err := os.ReadFile("../../testdata/states/default-vip.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +163,7 @@ func (n *jsonNode) path(name string) string { return filepath.Join(n.dir, name) 
 // every other one valid against schema.
 func (n *jsonNode) su(want int, schema string, args ...string) []map[string]any {
 	n.t.Helper()
-	argv := append([]string{"--manifest-dir", n.manifests, "--state-dir", n.states, "--proc-scope", "self", "--lock-timeout", "200ms", "--output", "json"}, args...)
+	argv := append([]string{"--manifest-dir", n.manifests, "--state-dir", n.states, "--proc-scope", "self", "--lock-timeout", "200ms", "--output", n.output}, args...)
 	// A child process each: a command holds the manifest directory's lock
 	// until its process exits.
 	cmd := exec.Command(os.Args[0], argv...)
@@ -184,6 +189,9 @@ func (n *jsonNode) su(want int, schema string, args ...string) []map[string]any 
 	}
 	var objs []map[string]any
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if n.output == "yaml" {
+		lines = yamlDocs(n.t, what, text)
+	}
 	for i, line := range lines {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(line), &obj); err != nil {
@@ -203,6 +211,24 @@ func (n *jsonNode) su(want int, schema string, args ...string) []map[string]any 
 		n.t.Errorf("%s: exit 0 with an error line", what)
 	}
 	return objs
+}
+
+// yamlDocs is each document of a --output yaml stream as one line of JSON:
+// every document starts with "---".
+func yamlDocs(t *testing.T, what, text string) []string {
+	t.Helper()
+	if !strings.HasPrefix(text, "---\n") {
+		t.Fatalf("%s: YAML output does not start with ---:\n%s", what, text)
+	}
+	var out []string
+	for _, doc := range strings.Split(strings.TrimPrefix(text, "---\n"), "\n---\n") {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: a document is not YAML (%v):\n%s", what, err, doc)
+		}
+		out = append(out, string(j))
+	}
+	return out
 }
 
 func (n *jsonNode) validate(what, schema, line string) {
@@ -239,6 +265,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitUsage, "", "plan", "--to", "v1.36")
 	n.su(ExitError, "", "render")
 
+	n.su(ExitOK, "dry-run.json", "init", "--dry-run", "--state", n.path("state.yaml"))
 	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
 	// No etcd runs here: the member count a healthy single-member etcd
 	// would have given is kept, as the engine keeps it.
@@ -250,6 +277,25 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "status.json", "status")
 	n.su(ExitOK, "history.json", "history")
 	n.su(ExitOK, "audit.json", "audit")
+	// Dry runs: the plan of each writing command, nothing written (the
+	// history below has the one run's transaction only).
+	before := dirFiles(t, n.manifests)
+	if objs := n.su(ExitOK, "dry-run.json", "render", "--dry-run"); objs[0]["nothingToDo"] != true {
+		t.Errorf("render --dry-run of a rendered node: %v", objs[0])
+	}
+	if objs := n.su(ExitOK, "dry-run.json", "restart", "--dry-run", "kube-scheduler"); len(objs[0]["changes"].([]any)) != 1 {
+		t.Errorf("restart --dry-run kube-scheduler: %v", objs[0])
+	}
+	n.su(ExitOK, "dry-run.json", "restart", "--dry-run", "--changed")
+	if objs := n.su(ExitOK, "dry-run.json", "stop", "--dry-run", "kube-scheduler"); objs[0]["changes"].([]any)[0].(map[string]any)["removed"] != true {
+		t.Errorf("stop --dry-run kube-scheduler: %v", objs[0])
+	}
+	n.su(ExitOK, "dry-run.json", "start", "--dry-run", "--all")
+	n.su(ExitOK, "plan.json", "run", "--dry-run", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "plan.json", "apply", "--dry-run", "--state", n.path("state.yaml"))
+	if after := dirFiles(t, n.manifests); !maps.Equal(before, after) {
+		t.Errorf("a dry run changed the manifest directory")
+	}
 	n.su(ExitUsage, "", "audit", "kube-proxy")
 	if err := os.Remove(filepath.Join(n.manifests, "kube-vip.yaml")); err != nil {
 		t.Fatal(err)
@@ -263,7 +309,11 @@ func TestJSONOutputSchemas(t *testing.T) {
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
 	n.su(ExitOK, "images.json", "images", "list", "--to", n.path("sched.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("same.yaml"))
-	n.su(ExitError, "", "plan", "--to", n.path("skip.yaml"))
+	// A refused plan still shows its diff, the failures first (issue 32):
+	// the plan line with failedChecks, then the error line.
+	if objs := n.su(ExitError, "plan.json", "plan", "--to", n.path("skip.yaml")); len(objs) != 2 || len(objs[0]["failedChecks"].([]any)) == 0 || len(objs[0]["changes"].([]any)) == 0 {
+		t.Errorf("a refused plan: %v", objs)
+	}
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("skip.yaml"), "--ignore-preflight-errors", "all")
 	n.su(ExitError, "run.json", "run", "--to", n.path("skip.yaml"))
 	n.su(ExitOK, "run.json", "run", "--to", n.path("same.yaml"))
@@ -334,7 +384,7 @@ func TestJSONOutputSchemas(t *testing.T) {
 		t.Errorf("init --from-kubeadm without --yes made the state directory: %v", err)
 	}
 
-	for _, s := range []string{"adopt.json", "available.json", "audit.json", "error.json", "history-txn.json", "history.json", "images.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
+	for _, s := range []string{"adopt.json", "available.json", "audit.json", "dry-run.json", "error.json", "history-txn.json", "history.json", "images.json", "plan.json", "prepare.json", "run.json", "status.json", "version.json", "write.json"} {
 		if !n.seen[s] {
 			t.Errorf("no output was checked against %s", s)
 		}
@@ -345,4 +395,45 @@ func TestJSONOutputSchemas(t *testing.T) {
 	if len(n.seen)+3 != len(n.schemas) {
 		t.Errorf("%d schemas in %s, %d used: a schema without a test", len(n.schemas), schemaDir, len(n.seen))
 	}
+}
+
+// TestYAMLOutput: -o yaml wherever -o json exists: the same objects as
+// YAML documents, each valid against the JSON schema, errors included.
+func TestYAMLOutput(t *testing.T) {
+	n := newJSONNode(t)
+	n.output = "yaml"
+	n.su(ExitOK, "version.json", "version")
+	n.su(ExitOK, "status.json", "status")
+	n.su(ExitUsage, "", "frobnicate")
+	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
+	if err := cluster.SaveMembers(filepath.Join(n.states, cluster.MembersFile), cluster.Members{Count: 1, At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	n.su(ExitOK, "write.json", "render")
+	n.su(ExitOK, "history.json", "history")
+	n.su(ExitOK, "audit.json", "audit")
+	n.su(ExitOK, "plan.json", "plan", "--to", n.path("sched.yaml"))
+	n.su(ExitOK, "prepare.json", "resume", "--prepare")
+	// A stream of documents: run's final line, then the error line.
+	if objs := n.su(ExitError, "run.json", "run", "--to", n.path("skip.yaml")); len(objs) != 2 {
+		t.Errorf("a refused run: %d documents, want the result and the error", len(objs))
+	}
+}
+
+// dirFiles is every file of dir with its content.
+func dirFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
 }

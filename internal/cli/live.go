@@ -10,10 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
-
-	udiff "github.com/aymanbagabas/go-udiff"
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -95,12 +92,14 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 // of the state the journal keeps.
 func (g *globals) renderLive(command string, j *journal.Journal, store *manifest.Store, st *nodestate.NodeState, rp *renderPlan, opts engine.UpgradeOptions, carried bool, msg string) error {
 	if rp == nil || len(rp.live) == 0 {
-		if rp != nil && rp.noTxn != nil {
-			g.log.Warn("no transaction can make this render: every manifest is written at once", "err", rp.noTxn)
-		}
 		res, err := store.WriteAll(st)
 		if err != nil {
 			return err
+		}
+		if rp != nil && rp.noTxn != nil && len(res.Written)+len(res.Removed) > 0 {
+			// Said only when something was written: with nothing to write,
+			// "written at once" was a warning about nothing.
+			g.log.Warn("no transaction could make this render: the changed manifests were written at once", "written", res.Written, "removed", res.Removed, "err", rp.noTxn)
 		}
 		return g.printWrite(msg, store, res)
 	}
@@ -193,16 +192,18 @@ func (g *globals) dryRun(command string, st *nodestate.NodeState) error {
 	return g.printDryRun(command, store.Dir(), st, rp)
 }
 
-// printDryRun prints rp for dryRun.
+// printDryRun prints rp for dryRun: notes says what it would write and
+// how, dir's diffs what would change.
 func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeState, rp *renderPlan) error {
-	w := g.stdout
+	rep := &dryRunReport{Command: command}
 	if rp.noTxn != nil {
-		fmt.Fprintf(w, "%s --dry-run: %v; so every manifest would be written at once\n", command, rp.noTxn)
-		return nil
+		rep.note("%v; so what changes would be written at once, without a transaction", rp.noTxn)
+		return g.printDryRunReport(rep)
 	}
 	if rp.plan == nil && len(rp.removes) == 0 {
-		fmt.Fprintf(w, "%s --dry-run: nothing would change: every manifest in %s is the render of the node state (%s, %s)\n", command, dir, st.NodeName, st.KubernetesVersion)
-		return nil
+		rep.Nothing = true
+		rep.note("nothing would change: every manifest in %s is the render of the node state (%s, %s)", dir, st.NodeName, st.KubernetesVersion)
+		return g.printDryRunReport(rep)
 	}
 	if rp.plan != nil {
 		how := "all at once (no component of them runs)"
@@ -211,26 +212,19 @@ func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeStat
 		}
 		if len(rp.live) > 0 {
 			how = fmt.Sprintf("as one transaction, one component at a time with the waits (%s running)", list(rp.live))
+			rep.Transaction = true
 		}
-		fmt.Fprintf(w, "%s --dry-run: would write %s %s\n", command, list(rp.plan.Changed()), how)
+		rep.note("would write %s %s", list(rp.plan.Changed()), how)
 		if len(rp.quiet) > 0 {
-			fmt.Fprintf(w, "%s --dry-run: %s: kubelet sees the same pod in the render (only how it is written differs), so it is written at once and nothing restarts\n", command, list(rp.quiet))
+			rep.note("%s: kubelet sees the same pod in the render (only how it is written differs), so it is written at once and nothing restarts", list(rp.quiet))
 		}
 	}
 	if len(rp.removes) > 0 {
-		fmt.Fprintf(w, "%s --dry-run: would remove %s (not in the node's roster)\n", command, list(rp.removes))
+		rep.note("would remove %s (not in the node's roster)", list(rp.removes))
+		rep.Removes = rp.removes
 	}
-	if rp.plan == nil {
-		return nil
+	if rp.plan != nil {
+		rep.addChanges(dir, "render", rp.plan.Changes)
 	}
-	for _, c := range rp.plan.Changes {
-		path := filepath.Join(dir, c.Component+".yaml")
-		from := path + "\t(on disk)"
-		if c.Before == nil {
-			from = "/dev/null"
-		}
-		fmt.Fprintln(w)
-		fmt.Fprint(w, udiff.Unified(from, path+"\t(render)", string(c.Before), string(c.After)))
-	}
-	return nil
+	return g.printDryRunReport(rep)
 }

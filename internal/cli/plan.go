@@ -141,8 +141,10 @@ type planReport struct {
 	Nothing    bool   `json:"nothingToDo,omitempty"`
 	Message    string `json:"message,omitempty"`
 	EtcdBackup bool   `json:"etcdBackup"`
-	// IgnoredChecks are the failed pre-flight checks let through.
+	// IgnoredChecks are the failed pre-flight checks let through;
+	// FailedChecks those that refuse it (the diff is shown all the same).
 	IgnoredChecks []versions.Finding `json:"ignoredChecks,omitempty"`
+	FailedChecks  []versions.Finding `json:"failedChecks,omitempty"`
 	Changes       []planChange       `json:"changes"`
 	// Images is every image the transaction needs, as the container
 	// runtime has it; absent when no runtime answers.
@@ -197,7 +199,7 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 	if err != nil {
 		return err
 	}
-	return g.showPlan(planInput{label: "release " + rel.KubernetesVersion, version: rel.KubernetesVersion,
+	return g.showPlan(planInput{label: "release " + rel.KubernetesVersion, version: rel.KubernetesVersion, opts: &opts,
 		plan: func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
 			if err := applyRelease(rel, st, to); err != nil {
 				return nil, err
@@ -207,7 +209,7 @@ func (g *globals) runPlan(to string, opts engine.UpgradeOptions) error {
 }
 
 func (g *globals) runPlanVersion(to string, opts engine.UpgradeOptions) error {
-	return g.showPlan(planInput{label: "version " + to, version: to,
+	return g.showPlan(planInput{label: "version " + to, version: to, opts: &opts,
 		plan: func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
 			rel, _, err := releaseForVersion(st, to)
 			if err != nil {
@@ -225,7 +227,7 @@ func (g *globals) runPlanState(path string, opts engine.UpgradeOptions) error {
 	if err != nil {
 		return err
 	}
-	return g.showPlan(planInput{label: "node state " + path, version: to.KubernetesVersion, stateFile: path,
+	return g.showPlan(planInput{label: "node state " + path, version: to.KubernetesVersion, stateFile: path, opts: &opts,
 		plan: func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
 			return engine.PlanState(context.Background(), store, g.scanner, st, to, opts)
 		}})
@@ -239,6 +241,8 @@ type planInput struct {
 	// stateFile is the node state file of plan --state; "" for a release.
 	stateFile string
 	plan      func(*manifest.Store, *nodestate.NodeState) (*engine.Plan, error)
+	// opts are the options plan calls the engine with (planRefused).
+	opts *engine.UpgradeOptions
 }
 
 func (g *globals) showPlan(in planInput) error {
@@ -259,9 +263,10 @@ func (g *globals) showPlan(in planInput) error {
 		return err
 	}
 	plan, err := in.plan(store, st)
+	refused := g.planRefused(in, store, st, &plan, &err)
 	if errors.Is(err, engine.ErrNothingToDo) {
 		if g.json() {
-			return writeJSON(g.stdout, planReport{From: st.KubernetesVersion, To: in.version, Nothing: true, Message: err.Error(), Changes: []planChange{}})
+			return g.write(planReport{From: st.KubernetesVersion, To: in.version, Nothing: true, Message: err.Error(), Changes: []planChange{}})
 		}
 		fmt.Fprintln(g.stdout, err)
 		return nil
@@ -275,7 +280,7 @@ func (g *globals) showPlan(in planInput) error {
 	if err != nil {
 		return err
 	}
-	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, Changes: []planChange{}, Images: imgs}
+	rep := planReport{From: plan.From.KubernetesVersion, To: plan.To.KubernetesVersion, IgnoredChecks: plan.Ignored, FailedChecks: refused.failed(), Changes: []planChange{}, Images: imgs}
 	for _, c := range plan.Changes {
 		path := store.Path(c.Component)
 		from := path + "\t(on disk)"
@@ -289,9 +294,13 @@ func (g *globals) showPlan(in planInput) error {
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
 	if g.json() {
-		return writeJSON(g.stdout, rep)
+		if err := g.write(rep); err != nil {
+			return err
+		}
+		return refused.err()
 	}
 	w := g.stdout
+	refused.print(w)
 	for _, l := range planHeader(plan, in.stateFile) {
 		fmt.Fprintln(w, l)
 	}
@@ -309,5 +318,5 @@ func (g *globals) showPlan(in planInput) error {
 		fmt.Fprintln(w)
 		fmt.Fprint(w, c.Diff)
 	}
-	return nil
+	return refused.err()
 }

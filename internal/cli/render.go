@@ -2,12 +2,12 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -124,10 +124,16 @@ func (g *globals) initDryRun(stateFile string) error {
 		return fmt.Errorf("node state %s: %w", stateFile, err)
 	}
 	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(g.stdout, "init --dry-run: node state %s is valid; the manifest directory %s does not exist: init would create it and write %s\n", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
-		return nil
+		rep := &dryRunReport{Command: "init"}
+		rep.note("node state %s is valid; the manifest directory %s does not exist: init would create it and write %s", stateFile, g.manifestDir, list(manifest.NamesFor(st)))
+		for _, c := range manifest.NamesFor(st) {
+			rep.Changes = append(rep.Changes, dryRunChange{Component: c, Path: filepath.Join(g.manifestDir, c+".yaml"), New: true})
+		}
+		return g.printDryRunReport(rep)
 	}
-	fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
+	if !g.json() {
+		fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
+	}
 	return g.dryRun("init", st)
 }
 
@@ -358,7 +364,7 @@ type writeReport struct {
 
 func (g *globals) printWrite(msg string, store *manifest.Store, res manifest.WriteResult) error {
 	if g.json() {
-		return writeJSON(g.stdout, writeReport{
+		return g.write(writeReport{
 			Message: msg, ManifestDir: store.Dir(),
 			Written: nonNil(res.Written), Unchanged: nonNil(res.Unchanged), Removed: nonNil(res.Removed),
 			Derived: nonNil(res.Derived), Swept: nonNil(res.Swept), Strays: nonNil(res.Strays),
@@ -404,14 +410,4 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-// writeJSON writes v as one line of JSON.
-func writeJSON(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
 }

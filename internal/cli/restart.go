@@ -10,12 +10,13 @@ import (
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
 func newRestartCmd(g *globals) *cobra.Command {
-	var all, changed bool
+	var all, changed, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "restart (COMPONENT... | --all | --changed)",
+		Use:   "restart (COMPONENT... | --all | --changed) [--dry-run]",
 		Short: "Restart components one at a time as one journaled transaction, waiting for each",
 		Long: `restart restarts the named components (or every one with --all) as one
 journaled transaction, in roster order whatever the order given: snapshot the
@@ -51,6 +52,18 @@ diff. Nothing changed prints "nothing to do".
 					return cmdLineErrorf("restart: unknown component %q (known: %s)", a, list(manifest.Names))
 				}
 			}
+			if dryRun {
+				return g.verbDryRun("restart", func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
+					if !changed {
+						return engine.PlanRestart(store, st, args, store.Stamp())
+					}
+					p, err := engine.PlanState(context.Background(), store, g.scanner, st, st, engine.UpgradeOptions{})
+					if errors.Is(err, engine.ErrNothingToDo) {
+						err = errNothingChanged
+					}
+					return p, err
+				})
+			}
 			return g.drive("restart", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
 				if !changed {
 					return e.Restart(ctx, args)
@@ -69,6 +82,7 @@ diff. Nothing changed prints "nothing to do".
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "restart every component of the node")
 	cmd.Flags().BoolVar(&changed, "changed", false, "restart exactly the components whose manifest is not the render of the node state (rotated start-only inputs, hand edits)")
+	dryRunFlag(cmd, &dryRun, "the components it would restart")
 	return cmd
 }
 

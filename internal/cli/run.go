@@ -21,8 +21,9 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var to string
 	var ignore []string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "run --to VERSION|RELEASE",
+		Use:   "run --to VERSION|RELEASE [--dry-run]",
 		Short: "Upgrade the node to a Kubernetes version or a release as one journaled transaction",
 		Long: `run upgrades the node to VERSION or RELEASE: snapshot the manifests (and etcd's
 data when etcd's image changes), write each changed manifest in roster order and
@@ -66,6 +67,12 @@ warning; the journal records the checks a transaction was let through with.
 			if err != nil {
 				return err
 			}
+			if dryRun { // plan --to VERSION|RELEASE
+				if byVersion(to) {
+					return g.runPlanVersion(to, opts)
+				}
+				return g.runPlan(to, opts)
+			}
 			return g.drive("run", func(ctx context.Context, e *engine.Engine, j *journal.Journal) (engine.Result, error) {
 				st, err := nodeState(j)
 				if err != nil {
@@ -88,6 +95,7 @@ warning; the journal records the checks a transaction was let through with.
 	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	preflightFlag(cmd, &ignore)
 	g.criFlags(cmd, true, true)
+	dryRunFlag(cmd, &dryRun, "plan --to VERSION|RELEASE: the pre-flight checks and what it would change")
 	return cmd
 }
 
@@ -203,7 +211,7 @@ func (g *globals) noOpenTxn() error {
 // nothing reports that a command had nothing to do (exit 0).
 func (g *globals) nothing(command, msg string) error {
 	if g.json() {
-		return writeJSON(g.stdout, finalLine{Result: engine.Result{Outcome: engine.Nothing, Reason: msg}, Outcome: string(engine.Nothing), ExitCode: ExitOK})
+		return g.write(finalLine{Result: engine.Result{Outcome: engine.Nothing, Reason: msg}, Outcome: string(engine.Nothing), ExitCode: ExitOK})
 	}
 	fmt.Fprintln(g.stdout, msg)
 	return nil
@@ -336,7 +344,7 @@ func (r *reporter) event(ev engine.Event) {
 	r.txn = ev.Txn
 	r.writeProgress(&ev, "", "")
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, eventOut(ev))
+		_ = r.g.write(eventOut(ev))
 		return
 	}
 	fmt.Fprintln(r.g.stdout, r.line(ev))
@@ -405,7 +413,7 @@ func (r *reporter) result(res engine.Result, outcome string, err error) {
 		code = ExitOK
 	}
 	if r.g.json() {
-		_ = writeJSON(r.g.stdout, finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: r.g.errString(err)})
+		_ = r.g.write(finalLine{Result: res, Outcome: outcome, ExitCode: code, Error: r.g.errString(err)})
 		return
 	}
 	elapsed := fmt.Sprintf("%.1fs", time.Since(r.start).Seconds())
@@ -506,7 +514,7 @@ func (g *globals) prepare() error {
 		lines = append([]string{fmt.Sprintf("transaction %s (%s) is open in phase %s: the full `%s` continues it once kubelet runs", open.ID, open.Kind, open.Phase, g.cmdline("resume"))}, lines...)
 	}
 	if g.json() {
-		return writeJSON(g.stdout, out)
+		return g.write(out)
 	}
 	for _, l := range lines {
 		fmt.Fprintln(g.stdout, l)

@@ -33,7 +33,7 @@ nothing.`,
 			if err != nil {
 				return err
 			}
-			if g.json() {
+			if g.output == "json" { // yaml is the default's YAML
 				b, err := st.JSON()
 				if err != nil {
 					return err

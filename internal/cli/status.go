@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/kubeletpod"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -49,7 +52,7 @@ transaction and its phase.`,
 				return err
 			}
 			if g.json() {
-				return writeJSON(g.stdout, rep)
+				return g.write(rep)
 			}
 			rep.print(g.stdout, g.cmdline)
 			return nil
@@ -109,6 +112,9 @@ type statusReport struct {
 	ManifestError *string           `json:"manifestDirError"`
 	Components    []componentStatus `json:"components"`
 	Strays        []string          `json:"strays"`
+	// kubeadm: no journal, and the manifest directory holds kubeadm's
+	// kube-apiserver manifest: the node is one to adopt.
+	kubeadm bool
 }
 
 func (g *globals) status() (*statusReport, error) {
@@ -121,6 +127,7 @@ func (g *globals) status() (*statusReport, error) {
 	}
 	if !exists {
 		rep.NoJournal = true
+		rep.kubeadm = kubeadmMade(g.manifestDir)
 	} else {
 		j, err := g.openJournal(true)
 		switch {
@@ -275,6 +282,8 @@ func yesNo(b bool) string {
 func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 	fmt.Fprintf(w, "journal:      %s\n", rep.Journal)
 	switch {
+	case rep.NoJournal && rep.kubeadm:
+		fmt.Fprintf(w, "              does not exist: nothing was imported on this node; kubeadm made its manifests: `%s` shows how it would be adopted (nothing is written without --yes)\n", cmdline("init --from-kubeadm --kubeadm-config FILE"))
 	case rep.NoJournal:
 		fmt.Fprintf(w, "              does not exist: nothing was imported on this node (`%s`)\n", cmdline("init --state FILE"))
 	case rep.Locked:
@@ -366,4 +375,26 @@ func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 			fmt.Fprintf(w, "              %s is a staging leftover: the next render or write sweeps it\n", s)
 		}
 	}
+}
+
+// kubeadmMade reports whether dir holds a kube-apiserver manifest that
+// kubeadm wrote: it carries kubeadm's advertise-address annotation and
+// none of stratum's (stratum renders kubeadm's annotation too, beside its
+// own stratum.ciq.com/ ones). Anything unreadable is "no".
+func kubeadmMade(dir string) bool {
+	b, err := durable.ReadInput(filepath.Join(dir, nodestate.KubeAPIServer+".yaml"))
+	if err != nil {
+		return false
+	}
+	pod, err := kubeletpod.Decode(b)
+	if err != nil {
+		return false
+	}
+	for k := range pod.Annotations {
+		if strings.HasPrefix(k, "stratum.ciq.com/") {
+			return false
+		}
+	}
+	_, ok := pod.Annotations[manifest.APIServerAdvertiseAddressAnnotation]
+	return ok
 }

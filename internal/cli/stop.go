@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
 // verbArgs checks the components a verb names: each known, and names or
@@ -28,9 +30,9 @@ func verbArgs(verb string, args []string, all bool) error {
 }
 
 func newStopCmd(g *globals) *cobra.Command {
-	var all, down bool
+	var all, down, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "stop (COMPONENT... | --all) [--allow-control-plane-down]",
+		Use:   "stop (COMPONENT... | --all) [--allow-control-plane-down] [--dry-run]",
 		Short: "Stop components as one journaled transaction: manifests removed, processes waited out",
 		Long: `stop stops the named components (or every running one with --all) as one
 journaled transaction, in roster order: snapshot the manifests; for each
@@ -51,6 +53,9 @@ component stopped already is nothing to do.
 			if err := verbArgs("stop", args, all); err != nil {
 				return err
 			}
+			if dryRun {
+				return g.stopDryRun(args, down)
+			}
 			return g.drive("stop", func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
 				return e.Stop(ctx, args, engine.StopOptions{AllowControlPlaneDown: down})
 			})
@@ -58,13 +63,14 @@ component stopped already is nothing to do.
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "stop every running component of the node")
 	cmd.Flags().BoolVar(&down, "allow-control-plane-down", false, "let etcd and kube-apiserver be stopped on the only control-plane node")
+	dryRunFlag(cmd, &dryRun, "the components it would stop")
 	return cmd
 }
 
 func newStartCmd(g *globals) *cobra.Command {
-	var all bool
+	var all, dryRun bool
 	cmd := &cobra.Command{
-		Use:   "start (COMPONENT... | --all)",
+		Use:   "start (COMPONENT... | --all) [--dry-run]",
 		Short: "Start stopped components as one journaled transaction, waiting until each answers",
 		Long: `start starts components that 'stop' stopped (every one with --all) as one
 journaled transaction, in roster order: snapshot; for each, write its manifest
@@ -79,11 +85,36 @@ runs already is nothing to do.
 			if err := verbArgs("start", args, all); err != nil {
 				return err
 			}
+			if dryRun {
+				return g.verbDryRun("start", func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
+					return engine.PlanStart(store, st, args, store.Stamp())
+				})
+			}
 			return g.drive("start", func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
 				return e.Start(ctx, args)
 			})
 		}),
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "start every stopped component of the node")
+	dryRunFlag(cmd, &dryRun, "the components it would start")
 	return cmd
+}
+
+// stopDryRun is stop --dry-run. Whether etcd has more than one member is
+// not asked here (the real stop reads it from etcd): the plan is made as
+// if --allow-control-plane-down were given, and a note says when the stop
+// would need it.
+func (g *globals) stopDryRun(args []string, down bool) error {
+	return g.verbDryRun("stop", func(store *manifest.Store, st *nodestate.NodeState) (*engine.Plan, error) {
+		p, err := engine.PlanStop(store, st, args, engine.StopOptions{AllowControlPlaneDown: true})
+		if err == nil && !down {
+			for _, c := range p.Changed() {
+				if c == nodestate.Etcd || c == nodestate.KubeAPIServer {
+					fmt.Fprintf(g.stderr, "stratum-upgrade: warning: stop --dry-run: %s: where etcd has one member, stop refuses it without --allow-control-plane-down (the API server would be unreachable)\n", c)
+					break
+				}
+			}
+		}
+		return p, err
+	})
 }
