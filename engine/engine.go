@@ -99,6 +99,10 @@ type Config struct {
 	Log       *slog.Logger
 	// Events, if set, receives a progress event for every step.
 	Events func(Event)
+	// Ended, if set, is called once a transaction's end (committed,
+	// rolled back, rollback failed) is journaled, in the process that
+	// journaled it. It must return at once: the command is still running.
+	Ended func(End)
 	// Coordination configures the rollout lock a node of a multi-member
 	// etcd cluster takes (coordinate.go).
 	Coordination Coordination
@@ -122,6 +126,7 @@ type Engine struct {
 	etcd  EtcdData
 	log   *slog.Logger
 	emit  func(Event)
+	onEnd func(End)
 	// crash, when set (tests only), is called at every fault point.
 	crash func(fault.Point)
 	// noCgroupOnce says once that the pod cgroups cannot be watched.
@@ -150,7 +155,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

@@ -44,6 +44,7 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 			return r.result("", msg), fmt.Errorf("rollback failed (%v) and could not be journaled (%v): %w", err, ferr, ErrStillOpen)
 		}
 		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
+		e.ended(r, RollbackFailed, msg)
 		return r.result(RollbackFailed, msg), e.rollbackFailed(r, msg)
 	}
 	e.hit(fault.BeforeRolledBack)
@@ -52,6 +53,7 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 	}
 	r.txn.Phase = journal.PhaseRolledBack
 	e.event(r.txn.ID, journal.PhaseRolledBack, "rolled-back", "", "", "rolled back: "+reason)
+	e.ended(r, RolledBack, reason)
 	e.prune()
 	return r.result(RolledBack, reason), fmt.Errorf("%w: %s", ErrRolledBack, reason)
 }

@@ -68,6 +68,7 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 	}
 	r.txn.Phase = journal.PhaseCommitted
 	e.event(r.txn.ID, journal.PhaseCommitted, "commit", "", "", "committed: node state is now "+r.to.KubernetesVersion)
+	e.ended(r, Committed, "")
 	e.hit(fault.AfterCommit)
 	return nil
 }

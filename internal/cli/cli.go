@@ -185,6 +185,7 @@ type globals struct {
 	metricsFile string
 	procScope   string
 	dirLocked   bool // this process holds the manifest dir's flock
+	api         apiSettings
 	cri         criOptions
 
 	// flags holds every flag bound to these fields (the global ones and

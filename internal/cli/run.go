@@ -236,9 +236,12 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 		return err
 	}
 	rep := &reporter{g: g, command: command, start: time.Now(), pid: os.Getpid()}
+	cv := g.openCluster(j)
+	defer cv.finish() // after the result is shown: the API server never delays it
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
-		Keep: g.keep, Deadlines: g.dl, Log: g.log, Events: rep.event, Coordination: g.coord, Images: g.engineImages(),
+		Keep: g.keep, Deadlines: g.dl, Log: g.log, Coordination: g.coord, Images: g.engineImages(),
+		Events: func(ev engine.Event) { rep.event(ev); cv.event(ev) }, Ended: cv.ended,
 	})
 	if err != nil {
 		return err
