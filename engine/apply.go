@@ -137,13 +137,14 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	if r.from.IsStopped(comp) && p != journal.PhaseRollingBack {
 		verb, done = "start", "started"
 	}
+	newEtcd := comp == nodestate.Etcd && p != journal.PhaseRollingBack
 	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to "+verb+" "+comp, "waiting for kubelet to "+verb+" "+comp)
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
-		return e.waitFailed(comp, err)
+		return e.etcdSilent(r, p, newEtcd && fresh && wrote, e.waitFailed(comp, err))
 	}
-	if comp == nodestate.Etcd && p != journal.PhaseRollingBack {
-		// A newer etcd runs on the data now: from here on a rollback
-		// restores etcd's data (newerEtcdRan).
+	if newEtcd {
+		// A newer etcd runs on the data now; until it answers, a crash
+		// leaves unknown whether it wrote (newerEtcdRan).
 		if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepReplaced, Component: comp}); err != nil {
 			return err
 		}
@@ -151,7 +152,15 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	e.hit(at(fault.AfterReplaced, comp))
 	e.event(r.txn.ID, p, "wait-active", comp, describeActive(t), "waiting for the new "+describeActive(t))
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
-		return e.waitFailed(comp, err)
+		return e.etcdSilent(r, p, newEtcd && fresh && wrote, e.waitFailed(comp, err))
+	}
+	if newEtcd {
+		// It answered: it ran on the data and wrote to it. From here on
+		// a rollback keeps the data only within etcd's minor.
+		if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepEtcdAnswered, Component: comp}); err != nil {
+			return err
+		}
+		e.hit(fault.AfterEtcdAnswered)
 	}
 	if err := e.gateAfter(ctx, r, p, st, comp); err != nil {
 		return err
@@ -159,6 +168,25 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	r.steps = append(r.steps, StepTime{Component: comp, Phase: string(p), Elapsed: time.Since(t0)})
 	e.event(r.txn.ID, p, "done", comp, "", fmt.Sprintf("%s %s and active (%.1fs)", comp, done, time.Since(t0).Seconds()))
 	return nil
+}
+
+// etcdSilent journals, when watched, that the wait for the new etcd
+// ended without an answer, and returns the wait's error. watched says
+// this run took the step's mark, stopped the old etcd and wrote the
+// manifest itself: no etcd of the new manifest ran unseen before the wait,
+// and none answered during it, so none wrote to the data so far. A resumed
+// step journals nothing (an earlier run may have seen an answer it did
+// not journal), and a failed write leaves the rollback to assume the worst.
+func (e *Engine) etcdSilent(r *run, p journal.Phase, watched bool, waitErr error) error {
+	if !watched {
+		return waitErr
+	}
+	if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepEtcdSilent, Component: nodestate.Etcd}); err != nil {
+		e.log.Warn("could not journal that the new etcd never answered; a rollback will not keep its data", "err", err)
+		return waitErr
+	}
+	e.hit(fault.AfterEtcdSilent)
+	return waitErr
 }
 
 // remark returns the mark a step resumed from the journal waits with. The

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -18,63 +19,88 @@ import (
 
 // decideEtcd decides, when the transaction wrote etcd's manifest, what
 // becomes of etcd's data, and journals it (StepEtcdData) before the
-// rollback stops etcd: a resume follows the journaled decision whatever
-// runs by then (kubelet may have stopped the old etcd since, or the
-// rollback's own stop). It reports whether the data is restored. For a
-// single member: restored when a newer etcd ran on it (or may have), kept
-// when the old etcd served it all along. In a multi-member cluster the
-// other members hold the data: it is kept, and whether the old etcd may
-// go back at all is decided by memberEtcdDecision, which pauses or
-// refuses the rollback rather than guess.
-func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (bool, error) {
+// rollback stops etcd: a resume follows the journaled decision (the last
+// one: a refused downgrade journals restore after it) whatever runs by
+// then (kubelet may have stopped the old etcd since, or the rollback's own
+// stop). It returns the decision, "" when etcd was not written. For a
+// single member: kept when the transaction kept etcd within its minor (the
+// format did not change), or when no newer etcd wrote to it (the old etcd
+// served it all along, or the new one never answered); downgraded when a
+// newer minor wrote to it and answers; restored when it wrote (or may
+// have) and does not answer. In a multi-member cluster the other members
+// hold the data: it is kept, and whether the old etcd may go back at all
+// is decided by memberEtcdDecision, which pauses or refuses the rollback
+// rather than guess.
+func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (string, error) {
 	if !slices.Contains(written, nodestate.Etcd) {
-		return false, nil
+		return "", nil
 	}
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdRestored, nodestate.Etcd); done {
-		return true, nil // restored by a binary that journaled no decision
+		return journal.EtcdRestore, nil // restored by a binary that journaled no decision
 	}
 	if d, ok := r.find(journal.PhaseRollingBack, journal.StepEtcdData, nodestate.Etcd); ok {
-		return d.EtcdData == journal.EtcdRestore, nil
+		return d.EtcdData, nil
 	}
 	data, why := journal.EtcdKeep, ""
 	if !e.top.single() {
 		var err error
 		if why, err = e.memberEtcdDecision(ctx, r); err != nil {
-			return false, err
+			return "", err
 		}
 	} else {
-		data, why = e.singleMemberData(r, snap)
+		data, why = e.singleMemberData(ctx, r, snap)
 	}
+	return data, e.journalEtcdData(r, data, why)
+}
+
+// journalEtcdData journals the decision data about etcd's data, and tells.
+func (e *Engine) journalEtcdData(r *run, data, why string) error {
 	msg := "etcd's data is kept: " + why
-	if data == journal.EtcdRestore {
+	switch data {
+	case journal.EtcdRestore:
 		msg = "etcd's data is restored from its backup: " + why
+	case journal.EtcdDowngrade:
+		msg = "etcd's data is downgraded with etcd's downgrade protocol: " + why
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-data", nodestate.Etcd, "", msg)
 	rec := journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: data, Why: why}
-	if err := e.append(r, journal.PhaseRollingBack, rec); err != nil {
-		return false, err
-	}
-	return data == journal.EtcdRestore, nil
+	return e.append(r, journal.PhaseRollingBack, rec)
 }
 
 // singleMemberData is whether a single member's data is restored, and why.
 // If the manifest on disk is still the snapshot's, the new etcd never ran
 // (a mark is journaled before the write) and its data is the backup's plus
-// what the old etcd wrote since: keep it. The same when the manifest was
-// rewritten but kubelet never started a newer etcd on it: the old one
-// served every write since the backup.
-func (e *Engine) singleMemberData(r *run, snap *snapshot.Loaded) (string, string) {
+// what the old etcd wrote since: keep it. The same when the transaction
+// kept etcd within its minor (a patch release writes the same format), and
+// when the manifest was rewritten but no newer etcd wrote on it (kubelet
+// never started one, or it never answered): the old one served every
+// write since the backup.
+func (e *Engine) singleMemberData(ctx context.Context, r *run, snap *snapshot.Loaded) (string, string) {
 	if len(r.txn.EtcdBackup) == 0 {
 		return journal.EtcdKeep, "no backup of etcd's data was taken"
 	}
 	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
 		return journal.EtcdKeep, "etcd's manifest was never rewritten"
 	}
-	ran, why := e.newerEtcdRan(r)
-	if ran != etcdRanStale {
-		return journal.EtcdRestore, "a newer etcd ran on it, or may have: " + why
+	if from, to, moves := etcdMinors(r); !moves || cluster.MinorAtLeast(from+".0", to) {
+		// Only a newer minor writes a format the old etcd may not read.
+		return journal.EtcdKeep, fmt.Sprintf("the transaction keeps etcd within minor %s, whose data format does not change", orMinor(from, r))
 	}
-	return journal.EtcdKeep, "no newer etcd ran on it: " + why
+	ran, why := e.newerEtcdRan(ctx, r)
+	switch ran {
+	case etcdRanStale, etcdRanSilent:
+		return journal.EtcdKeep, "no newer etcd wrote to it: " + why
+	}
+	return e.downgradeOrRestore(ctx, r, why)
+}
+
+// orMinor is from, or when the versions of etcd cannot be read the image
+// etcd runs from.
+func orMinor(from string, r *run) string {
+	if from != "" {
+		return from
+	}
+	return r.from.Images[nodestate.Etcd]
 }
 
 // restoreEtcd puts a single member's data back when decideEtcd decided
@@ -127,24 +153,50 @@ const (
 	// start. A newer etcd may have run and exited unseen (a crash after
 	// the write, then a reboot before kubelet started etcd again).
 	etcdRanNoneRuns
+	// etcdRanSilent: the run that wrote etcd's manifest watched the new
+	// etcd from the old one's stop to the end of its wait, and it never
+	// answered (journaled), nor does one answer now: it wrote nothing.
+	etcdRanSilent
 )
 
 // newerEtcdRan reports whether an etcd started from the upgrade's manifest
-// may have run on etcd's data, and why. A single member's data restore
+// may have written to etcd's data, and why: it did when it answered
+// (journaled), it did not when the run that wrote its manifest watched it
+// to the end of its wait without an answer (journaled) and it does not
+// answer now; without either record, a crash came in between, and the
+// processes decide. A single member's data restore
 // takes etcdRanNoneRuns as yes; a member of several takes it as no only
 // when etcd reports the cluster version (memberEtcdDecision), since the
 // cluster version would show such a run.
-func (e *Engine) newerEtcdRan(r *run) (etcdRan, string) {
-	if _, ok := r.findIn(journal.StepReplaced, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); ok {
-		return etcdRanMaybe, "the upgrade saw kubelet replace etcd"
+func (e *Engine) newerEtcdRan(ctx context.Context, r *run) (etcdRan, string) {
+	to := r.to.Images[nodestate.Etcd]
+	if _, ok := r.findIn(journal.StepEtcdAnswered, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); ok {
+		return etcdRanMaybe, "etcd " + to + " answered on it"
 	}
 	mark, ok := r.findIn(journal.StepMark, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying)
-	if !ok || mark.ProcMark == nil {
-		return etcdRanMaybe, "no mark of etcd's step is journaled"
-	}
 	t, err := manifest.Target(r.to, nodestate.Etcd)
 	if err != nil {
 		return etcdRanMaybe, err.Error()
+	}
+	if _, silent := r.findIn(journal.StepEtcdSilent, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); silent && ok && mark.ProcMark != nil {
+		// Watched until the wait ended; since then kubelet may have
+		// started it again (a crash loop's next try), and one that
+		// answers now may have written.
+		if done, _, err := e.procs.Replaced(t, *mark.ProcMark); err != nil {
+			return etcdRanMaybe, fmt.Sprintf("etcd's processes cannot be read (%v)", err)
+		} else if done && e.procs.Active(ctx, t) {
+			return etcdRanMaybe, "etcd " + to + " never answered during the upgrade's wait but answers now"
+		}
+		if _, seen := r.findIn(journal.StepReplaced, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); !seen {
+			return etcdRanSilent, "etcd " + to + " never ran (kubelet never started it: its wait ended, journaled) and never answered"
+		}
+		return etcdRanSilent, "etcd " + to + " never answered (it started, but its wait ended without an answer, journaled) and does not answer now"
+	}
+	if _, ok := r.findIn(journal.StepReplaced, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); ok {
+		return etcdRanMaybe, "the upgrade saw kubelet replace etcd, and whether it answered is not journaled"
+	}
+	if !ok || mark.ProcMark == nil {
+		return etcdRanMaybe, "no mark of etcd's step is journaled"
 	}
 	done, stale, err := e.procs.Replaced(t, *mark.ProcMark)
 	switch {

@@ -43,6 +43,9 @@ func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cl
 //     process running started before its mark): the cluster version cannot
 //     have moved through it, and the old etcd goes back, unless etcd
 //     reports the cluster version moved after all;
+//   - this member's new etcd never answered (journaled silent, and none
+//     answers now): it goes back when etcd reports a cluster version that
+//     did not move; unread, the rollback pauses;
 //   - no etcd process runs and no replacement was journaled: a new etcd
 //     may have run unseen (killed after the write, then a reboot), so the
 //     old etcd goes back only when etcd reports a cluster version that did
@@ -64,7 +67,7 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 		return "the other members hold it, and the transaction does not move etcd to a newer minor", nil
 	}
 	self := r.from.Etcd.MemberName
-	ran, ranWhy := e.newerEtcdRan(r)
+	ran, ranWhy := e.newerEtcdRan(ctx, r)
 	v, err := e.readVersions(ctx, r.from)
 	cv := ""
 	if err == nil {
@@ -77,8 +80,11 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 		return "", refuse(fmt.Sprintf("the cluster version is %s", cv))
 	}
 	ranSays := "ran"
-	if ran == etcdRanNoneRuns {
+	switch ran {
+	case etcdRanNoneRuns:
 		ranSays = "may have run unseen"
+	case etcdRanSilent:
+		ranSays = "never answered"
 	}
 	pause := func(what string) error {
 		return fmt.Errorf("%w: waiting for %s: this member's etcd %s %s (%s), so the old etcd goes back only once the cluster version is known to stay %s; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranSays, ranWhy, from)
@@ -104,6 +110,13 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 			return "", err
 		}
 		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s) and the cluster version is %s, so it did not move to %s: the old etcd goes back", to, ranWhy, cv, to), nil
+	case etcdRanSilent:
+		// It started but never answered: the cluster version, read
+		// now, says whether its peers saw it long enough to move.
+		if err := unread(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("the other members hold it; %s, and the cluster version is %s, so it did not move to %s: the old etcd goes back", ranWhy, cv, to), nil
 	}
 	if err := unread(); err != nil {
 		return "", err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,10 +209,37 @@ func (s modelStore) Stop(ctx context.Context, st *nodestate.NodeState, name stri
 // is counted, and one done while an etcd process runs is recorded as a
 // fault.
 type fakeEtcd struct {
-	k        *kubeletmodel.Kubelet
-	backups  int
-	restores int
-	faults   []string
+	k          *kubeletmodel.Kubelet
+	backups    int
+	restores   int
+	downgrades int
+	// refuse, when set, is what every Downgrade fails with (etcd refused
+	// it): the rollback falls back to the backup.
+	refuse error
+	faults []string
+}
+
+// fakeRevision is the revision the fake etcd reports: the backup's (7)
+// plus the writes since.
+const fakeRevision = 49
+
+func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target string, _ time.Duration) (etcddata.Downgraded, error) {
+	t, err := manifest.Target(st, nodestate.Etcd)
+	if err != nil {
+		return etcddata.Downgraded{}, err
+	}
+	if !f.k.Active(context.Background(), t) {
+		f.faults = append(f.faults, "etcd's data downgraded while the new etcd does not answer")
+	}
+	if f.refuse != nil {
+		return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
+	}
+	f.downgrades++
+	return etcddata.Downgraded{StorageVersion: target + ".0", Revision: fakeRevision}, nil
+}
+
+func (f *fakeEtcd) Revision(context.Context, *nodestate.NodeState) (int64, error) {
+	return fakeRevision, nil
 }
 
 func (f *fakeEtcd) Backup(_ context.Context, _ *nodestate.NodeState, path string) (*etcddata.Backup, error) {
@@ -402,23 +430,52 @@ func (n *memNode) converged(want Outcome) []string {
 		}
 	}
 	bad = append(bad, n.etcd.faults...)
-	// A newer etcd ran on the data when the transaction journaled its
-	// replacement: then a rollback must restore the data.
-	etcdReplaced := false
+	// A newer etcd minor wrote to the data when the transaction journaled
+	// its answer: then a rollback must not keep the data. One that never
+	// answered (journaled silent) wrote nothing: the data is kept.
+	etcdAnswered, etcdSilent := false, false
 	if recs, err := n.j.Records(last.ID); err == nil {
 		for _, r := range recs {
-			etcdReplaced = etcdReplaced || r.Step == journal.StepReplaced && r.Component == nodestate.Etcd
+			etcdAnswered = etcdAnswered || r.Step == journal.StepEtcdAnswered && r.Component == nodestate.Etcd
+			etcdSilent = etcdSilent || r.Step == journal.StepEtcdSilent && r.Component == nodestate.Etcd
 		}
 	}
 	switch {
 	case want == Committed && n.etcd.restores > 0 && last.Kind == journal.KindUpgrade:
 		badf("etcd's data was restored %d times by a transaction that committed", n.etcd.restores)
-	case want == RolledBack && etcdReplaced && len(last.EtcdBackup) > 0 && n.etcd.restores == 0:
-		badf("the rollback of an upgrade that saw a newer etcd replace the old one never restored etcd's data")
+	case want == RolledBack && etcdAnswered && etcdMinorMoved(last) && len(last.EtcdBackup) > 0 && n.etcd.restores == 0 && n.etcd.downgrades == 0:
+		badf("the rollback of an upgrade whose newer etcd minor answered never restored etcd's data, nor downgraded it")
+	case n.etcd.restores > 0 && n.etcd.refuse == nil && etcdDowngraded(n.j, last.ID):
+		badf("etcd's data was restored %d times after it was downgraded", n.etcd.restores)
+	case etcdSilent && !etcdAnswered && n.etcd.restores > 0:
+		badf("etcd's data was restored %d times, although the new etcd never answered", n.etcd.restores)
 	case n.etcdNeverReplaced && n.etcd.restores > 0:
 		badf("etcd's data was restored %d times, although no newer etcd ever ran on it", n.etcd.restores)
 	}
 	return bad
+}
+
+// etcdDowngraded reports whether transaction id journaled etcd's data
+// downgraded.
+func etcdDowngraded(j *journal.Journal, id string) bool {
+	recs, _ := j.Records(id)
+	for _, r := range recs {
+		if r.Step == journal.StepEtcdDowngraded {
+			return true
+		}
+	}
+	return false
+}
+
+// etcdMinorMoved reports whether txn moved etcd to another minor.
+func etcdMinorMoved(txn journal.Txn) bool {
+	from, err1 := nodestate.Parse(txn.From)
+	to, err2 := nodestate.Parse(txn.To)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	_, _, moves := etcdMinors(&run{from: from, to: to})
+	return moves
 }
 
 // memScenario is one transaction the matrix crashes at each of its points.
@@ -448,13 +505,29 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 	for _, s := range fault.Steps {
 		noEtcd[s.Of(nodestate.Etcd)] = "the upgrade it undoes left etcd as it was (rollback --last refuses an etcd minor downgrade), so etcd is not in its plan"
 	}
+	noEtcd[fault.AfterEtcdAnswered] = noEtcd[fault.Steps[0].Of(nodestate.Etcd)]
+	// An upgrade whose new etcd never answers fails at etcd, the first
+	// component: its rollback restarts etcd alone, and keeps etcd's data.
+	silent := map[fault.Point]string{
+		fault.AfterEtcdDowngrade: "the new etcd never answered: etcd's data is kept, not downgraded",
+		fault.AfterEtcdStop:      "the new etcd never answered: etcd's data is kept, so the rollback never stops etcd to restore it",
+		fault.AfterEtcdRestore:   "the new etcd never answered: etcd's data is kept, not restored",
+	}
+	for _, comp := range roster {
+		for _, s := range fault.Steps {
+			if comp != nodestate.Etcd {
+				silent[s.InRollback(comp)] = "the upgrade failed at etcd, before " + comp + " was written: the rollback does not restart it"
+			}
+		}
+	}
 	lastApplies := map[fault.Point]string{fault.AfterEtcdBackup: "a rollback --last takes no etcd backup: etcd's data after a commit holds writes the snapshot does not"}
 	for p, why := range noEtcd {
 		lastApplies[p] = why
 	}
 	lastRollsBack := map[fault.Point]string{
-		fault.AfterEtcdStop:    "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
-		fault.AfterEtcdRestore: "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
+		fault.AfterEtcdDowngrade: "the rollback-last did not rewrite etcd: etcd's data is not downgraded",
+		fault.AfterEtcdStop:      "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
+		fault.AfterEtcdRestore:   "the rollback-last did not rewrite etcd, and has no etcd backup: etcd's data is not restored",
 	}
 	for _, s := range fault.Steps {
 		lastRollsBack[s.InRollback(nodestate.Etcd)] = "etcd was not written and its data not restored, so the rollback does not restart it"
@@ -468,6 +541,13 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			lastRollsBack[s.InRollback(nodestate.KubeVIP)] = failing[s.InRollback(nodestate.KubeVIP)]
 		}
 	}
+	// Its newer etcd answered: its data goes back by etcd's downgrade
+	// protocol, not by the backup, unless etcd refuses the downgrade.
+	downgrades := maps.Clone(failing)
+	downgrades[fault.AfterEtcdStop] = "etcd 3.6 answers, so etcd's downgrade protocol keeps its data: the rollback never stops etcd to restore it"
+	downgrades[fault.AfterEtcdRestore] = downgrades[fault.AfterEtcdStop]
+	restores := maps.Clone(failing)
+	restores[fault.AfterEtcdDowngrade] = "etcd refuses the downgrade: the rollback restores the backup instead"
 	return []memScenario{
 		{
 			name:   "upgrade",
@@ -480,10 +560,37 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 		{
 			name:      "rollback",
 			points:    fault.RollbackPoints(roster),
-			notOnPath: failing,
+			notOnPath: downgrades,
 			want:      RolledBack,
 			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
 				return e.Run(ctx, release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
+			},
+		},
+		{
+			// etcd refuses the downgrade: the backup is the last resort.
+			name:      "rollback-restore",
+			points:    fault.RollbackPoints(roster),
+			notOnPath: restores,
+			want:      RolledBack,
+			setup: func(t *testing.T, n *memNode) {
+				n.etcd.refuse = fmt.Errorf("%w: the test refuses it", etcddata.ErrDowngradeRefused)
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Run(ctx, release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
+			},
+		},
+		{
+			// The new etcd starts and exits at once, never answering:
+			// the rollback keeps etcd's data (issue 30).
+			name:      "etcd-silent",
+			points:    fault.EtcdSilentPoints(roster),
+			notOnPath: silent,
+			want:      RolledBack,
+			setup: func(t *testing.T, n *memNode) {
+				n.k.SetImageMode(etcd36, standin.ModeExitAtStart)
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Run(ctx, release(n.st, true, "", ""), nil)
 			},
 		},
 		{

@@ -414,11 +414,12 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 			t.Fatalf("etcd backup not journaled: %s %v", txn.EtcdBackup, err)
 		}
 	})
-	t.Run("rollback", func(t *testing.T) {
+	// Once etcd 3.6 runs, write to it: etcd's downgrade protocol keeps
+	// that write; only when etcd refuses it is the 3.5 member's backup
+	// restored, without it.
+	rollback := func(t *testing.T, refuse bool) (*fixture, Result) {
 		f := newFixture(t, testbed.Options{})
 		etcdclient.Put(t, f.node, "before", "1")
-		// Once etcd 3.6 runs, write to it: that write must be gone after the
-		// rollback restores the 3.5 member's backup.
 		f.onEvent = func(ev Event) {
 			if ev.Phase == string(journal.PhaseApplying) && ev.Step == "done" && ev.Component == nodestate.Etcd {
 				etcdclient.Put(t, f.node, "during", "2")
@@ -428,6 +429,9 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 		dl := testDeadlines
 		dl.Replace, dl.Active = 10*time.Second, 4*time.Second
 		f.e = f.engine(f.node.Scanner, dl)
+		if refuse {
+			f.e.etcd = refusesDowngrade{etcdData{}}
+		}
 		res, err := f.e.Run(t.Context(), release(f.node.State, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
 		if !errors.Is(err, ErrRolledBack) {
 			t.Fatalf("Run: %+v %v", res, err)
@@ -439,12 +443,38 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 		if got := etcdclient.Get(t, f.node, "before"); got != "1" {
 			t.Fatalf("key written before the upgrade: %q", got)
 		}
+		return f, res
+	}
+	t.Run("rollback downgrades", func(t *testing.T) {
+		f, _ := rollback(t, false)
+		if got := etcdclient.Get(t, f.node, "during"); got != "2" {
+			t.Fatalf("key written to etcd 3.6 reads %q after the rollback, want it kept by the downgrade", got)
+		}
+		if aside, _ := filepath.Glob(f.node.State.Etcd.DataDir + ".stratum-pre-rollback-*"); len(aside) != 0 {
+			t.Fatalf("etcd's data was restored, and the replaced data set aside at %v", aside)
+		}
+	})
+	t.Run("rollback restores when etcd refuses the downgrade", func(t *testing.T) {
+		f, res := rollback(t, true)
 		if got := etcdclient.Get(t, f.node, "during"); got != "" {
 			t.Fatalf("key written during the upgrade survived the data restore: %q", got)
 		}
 		aside, _ := filepath.Glob(f.node.State.Etcd.DataDir + ".stratum-pre-rollback-*")
 		if len(aside) != 1 {
 			t.Fatalf("the replaced etcd data is not kept aside: %v", aside)
+		}
+		recs, err := f.j.Records(res.Txn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := journal.Record{}
+		for _, r := range recs {
+			if r.Step == journal.StepEtcdData {
+				last = r
+			}
+		}
+		if last.EtcdData != journal.EtcdRestore || !strings.Contains(last.Why, "losing") {
+			t.Errorf("last etcd-data decision %+v, want restore saying how many revisions the backup loses", last)
 		}
 	})
 	t.Run("restored data restarts the control plane", func(t *testing.T) {
@@ -464,6 +494,7 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 		dl := testDeadlines
 		dl.Replace, dl.Active = 10*time.Second, 4*time.Second
 		f.e = f.engine(f.node.Scanner, dl)
+		f.e.etcd = refusesDowngrade{etcdData{}}
 		if _, err := f.e.Run(t.Context(), rel, nil); !errors.Is(err, ErrRolledBack) {
 			t.Fatalf("Run: %v", err)
 		}
@@ -478,4 +509,17 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 			t.Fatalf("etcd serves %s after the rollback, want 3.5", v)
 		}
 	})
+}
+
+// refusesDowngrade is the real etcd data with a downgrade etcd refuses
+// (as it refuses one while another is under way): the rollback falls back
+// to the backup.
+type refusesDowngrade struct{ etcdData }
+
+func (r refusesDowngrade) Downgrade(ctx context.Context, st *nodestate.NodeState, _ string, _ time.Duration) (etcddata.Downgraded, error) {
+	rev, err := r.Revision(ctx, st)
+	if err != nil {
+		return etcddata.Downgraded{}, err
+	}
+	return etcddata.Downgraded{Revision: rev}, fmt.Errorf("%w: the test refuses it", etcddata.ErrDowngradeRefused)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -143,11 +144,13 @@ func (s stopFails) Stop(_ context.Context, st *nodestate.NodeState, name string,
 	return errors.New("waiting for etcd to exit: timed out after 10s; last failure: still running: pid 7 (started tick 3)")
 }
 
-// Defect 2: a rollback whose etcd stop fails after the manifest was
-// removed must not close the transaction: the node has no etcd manifest.
-// It stays open, and resume finishes the rollback.
+// Defect 2: a rollback whose etcd stop (for its data restore) fails after
+// the manifest was removed must not close the transaction: the node has no
+// etcd manifest. It stays open, and resume finishes the rollback. (etcd
+// refuses the downgrade, so the data is restored and etcd stopped for it.)
 func TestRollbackEtcdStopFailureStaysOpen(t *testing.T) {
 	n := newMemNode(t)
+	n.etcd.refuse = etcddata.ErrDowngradeRefused
 	n.before = n.manifests()
 	res, err := n.engineWith(stopFails{modelStore{n.store, n.k}}, nil).Run(t.Context(), release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
 	if !errors.Is(err, ErrStillOpen) {
@@ -235,20 +238,32 @@ func TestEtcdDataKeptWhenNoNewerEtcdRan(t *testing.T) {
 }
 
 // Defect 6, the other way: when the newer etcd ran (and the upgrade failed
-// later), its data is restored, also when the rollback is resumed after a
-// crash that came before the restore.
+// later), its data is not kept as it is, also when the rollback is resumed
+// after a crash that came before the decision: it is downgraded with
+// etcd's protocol (issue 30), or restored when etcd refuses that.
 func TestEtcdDataRestoredWhenTheNewerEtcdRan(t *testing.T) {
-	n := newMemNode(t)
-	fired := false
-	if !n.failingRun(crashAt(fault.AfterRollingBack, &fired)) {
-		t.Fatal("no crash")
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused=%v", refuse), func(t *testing.T) {
+			n := newMemNode(t)
+			if refuse {
+				n.etcd.refuse = etcddata.ErrDowngradeRefused
+			}
+			fired := false
+			if !n.failingRun(crashAt(fault.AfterRollingBack, &fired)) {
+				t.Fatal("no crash")
+			}
+			n.crash(false)
+			n.resume(RolledBack)
+			want := [2]int{1, 0} // downgrades, restores
+			if refuse {
+				want = [2]int{0, 1}
+			}
+			if got := [2]int{n.etcd.downgrades, n.etcd.restores}; got != want {
+				t.Errorf("etcd's data was downgraded %d and restored %d times, want %d and %d", got[0], got[1], want[0], want[1])
+			}
+			n.expectConverged(RolledBack)
+		})
 	}
-	n.crash(false)
-	n.resume(RolledBack)
-	if n.etcd.restores != 1 {
-		t.Errorf("etcd's data was restored %d times, want once", n.etcd.restores)
-	}
-	n.expectConverged(RolledBack)
 }
 
 // diskFull is the model's store whose writes fail with ENOSPC while full

@@ -8,10 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -24,13 +28,19 @@ import (
 // Nothing else checks etcd before the transaction begins.
 const CheckEtcdHealth = "EtcdHealth"
 
+// CheckEtcdWALHistory is the pre-flight check that etcd's WAL holds, after
+// its newest snapshot, no entry the new etcd minor refuses to replay at
+// start (etcddata.WALScan.Hazards): such an etcd panics at once, and the
+// upgrade can only roll back.
+const CheckEtcdWALHistory = "EtcdWALHistory"
+
 // IgnoreAll, in UpgradeOptions.IgnorePreflight, lets every check through.
 const IgnoreAll = "all"
 
 // PreflightChecks is the name of every pre-flight check, in the order
 // their failures are reported.
 func PreflightChecks() []string {
-	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckImagePull, CheckStaticPodKubelet)
+	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckImagePull, CheckStaticPodKubelet)
 }
 
 // CheckIgnore validates the names of checks to ignore: each a known check
@@ -136,6 +146,38 @@ func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *ver
 		return fail("etcd does not answer %s (waited %s, longer than a leader election takes): %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log, `etcdctl endpoint status --cluster`), then %s", t.Health, electionWait, what, again)
 	}
 	return fail("etcd does not answer %s: %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then %s", t.Health, what, again)
+}
+
+// etcdWAL is the EtcdWALHistory check of a move of etcd from st to to: a
+// read-only scan of the member's WAL from its newest snapshot on. Nil when
+// etcd stays within its minor, when the data dir has no WAL yet, or when
+// the new minor replays every entry.
+func (p preflight) etcdWAL(st, to *nodestate.NodeState) *versions.Finding {
+	_, minor, moves := etcdMinors(&run{from: st, to: to})
+	if !moves {
+		return nil
+	}
+	fail := func(format string, a ...any) *versions.Finding {
+		return &versions.Finding{Check: CheckEtcdWALHistory, Component: nodestate.Etcd, Message: fmt.Sprintf(format, a...)}
+	}
+	walDir := filepath.Join(st.Etcd.DataDir, "member", "wal")
+	if _, err := os.Stat(walDir); errors.Is(err, fs.ErrNotExist) {
+		return nil // no etcd ran on this data dir yet: nothing to replay
+	}
+	scan, err := etcddata.ScanWAL(st.Etcd.DataDir)
+	if err != nil {
+		return fail("etcd's WAL cannot be read to check what etcd %s replays at start: %v", minor, err)
+	}
+	hazards := scan.Hazards(minor)
+	if len(hazards) == 0 {
+		return nil
+	}
+	var what []string
+	for _, h := range hazards {
+		what = append(what, fmt.Sprintf("%d %s (%s)", h.Entries, h.What, h.Issue))
+	}
+	return fail("etcd's WAL holds, after its newest snapshot (index %d), entries etcd %s refuses to replay, from index %d: %s. Make the running etcd take a snapshot that covers them first: restart it once with --snapshot-count=1 (etcd's extraArgs in the node state), wait for a new member/snap/*.snap, then take the flag out again (docs/versions.md)",
+		scan.SnapshotIndex, minor, scan.FirstIndex, strings.Join(what, "; "))
 }
 
 // electionWait bounds how long the EtcdHealth check of a multi-member

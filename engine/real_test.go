@@ -21,6 +21,7 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -210,8 +211,9 @@ func TestRealUpgradeCommits(t *testing.T) {
 // entries that 3.5 wrote (it panics, "unmarshal should never fail"), and
 // 3.6 drops them from the WAL only at its next raft snapshot, every
 // --snapshot-count (10000) entries. Straight after 3.5 -> 3.6 the move to
-// 3.7 therefore fails; the engine rolls it back and 3.6 serves again with
-// the data. Once 3.6 has taken a snapshot, 3.7 starts.
+// 3.7 is therefore refused by the EtcdWALHistory pre-flight check, with
+// nothing written and 3.6 serving on; once 3.6 has taken a snapshot, 3.7
+// starts and commits.
 func TestRealEtcdChain(t *testing.T) {
 	kube := kubebuild.Versions[0]
 	needReal(t)
@@ -231,25 +233,25 @@ func TestRealEtcdChain(t *testing.T) {
 			t.Fatalf("object written at 3.5 reads %q at %s", got, want)
 		}
 	}
-	move := func(img string, want Outcome) Result {
+	move := func(img string) (Result, error) {
 		t.Helper()
 		rel := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: kube, Images: map[string]string{nodestate.Etcd: img}}
-		res, err := f.e.Run(t.Context(), rel, nil)
-		if res.Outcome != want || (want == Committed) != (err == nil) {
-			t.Fatalf("Run to %s: %+v %v, want %s", img, res, err, want)
-		}
-		return res
+		return f.e.Run(t.Context(), rel, nil)
 	}
-	move("registry.k8s.io/etcd:3.6.16-0", Committed)
+	if res, err := move("registry.k8s.io/etcd:3.6.16-0"); err != nil || res.Outcome != Committed {
+		t.Fatalf("Run to 3.6: %+v %v", res, err)
+	}
 	check("3.6.16")
 
-	// 3.5's entries are still in the WAL: 3.7 exits, the upgrade rolls back.
-	dl := realDeadlines
-	dl.Active = 20 * time.Second
-	f.e = f.engine(f.node.Scanner, dl)
-	res := move("registry.k8s.io/etcd:3.7.3-0", RolledBack)
-	if !strings.Contains(res.Reason, nodestate.Etcd) {
-		t.Errorf("reason %q does not name etcd", res.Reason)
+	// 3.5's entries are still in the WAL: the move to 3.7 is refused
+	// before anything is written.
+	before := f.manifests()
+	_, err := move("registry.k8s.io/etcd:3.7.3-0")
+	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), CheckEtcdWALHistory) {
+		t.Fatalf("Run to 3.7 straight after 3.6: %v, want refused by %s", err, CheckEtcdWALHistory)
+	}
+	if now := f.manifests(); !bytes.Equal(now[manifest.FileName(nodestate.Etcd)], before[manifest.FileName(nodestate.Etcd)]) {
+		t.Fatal("the refused move rewrote etcd's manifest")
 	}
 	check("3.6.16")
 
@@ -263,8 +265,9 @@ func TestRealEtcdChain(t *testing.T) {
 			t.Fatalf("fill put %d: %v", i, err)
 		}
 	}
-	f.e = f.engine(f.node.Scanner, realDeadlines)
-	move("registry.k8s.io/etcd:3.7.3-0", Committed)
+	if res, err := move("registry.k8s.io/etcd:3.7.3-0"); err != nil || res.Outcome != Committed {
+		t.Fatalf("Run to 3.7 after a snapshot: %+v %v", res, err)
+	}
 	check("3.7.3")
 }
 

@@ -167,11 +167,18 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	_, restored := r.find(journal.PhaseRollingBack, journal.StepRestored, "")
 	if !restored {
 		// Decided and journaled before anything stops etcd.
-		restore, err := e.decideEtcd(ctx, r, written, snap)
+		data, err := e.decideEtcd(ctx, r, written, snap)
 		if err != nil {
 			return err
 		}
-		if err := e.restoreEtcd(ctx, r, restore); err != nil {
+		if data == journal.EtcdDowngrade {
+			// The new etcd still runs: downgraded before it is stopped,
+			// or the decision becomes restore.
+			if data, err = e.downgradeEtcd(ctx, r); err != nil {
+				return err
+			}
+		}
+		if err := e.restoreEtcd(ctx, r, data == journal.EtcdRestore); err != nil {
 			return err
 		}
 	}

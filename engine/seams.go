@@ -71,6 +71,11 @@ type EtcdData interface {
 	// members is the cluster's member count the transaction read.
 	CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error
 	Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error
+	// Downgrade moves the running member's data back to minor target
+	// with etcd's downgrade protocol (etcddata.Downgrade).
+	Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error)
+	// Revision is the running member's revision.
+	Revision(ctx context.Context, st *nodestate.NodeState) (int64, error)
 }
 
 var (
@@ -90,6 +95,14 @@ func (etcdData) CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideD
 
 func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error {
 	return etcddata.Restore(ctx, st, b, asideDir, members)
+}
+
+func (etcdData) Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error) {
+	return etcddata.Downgrade(ctx, etcddata.Endpoint(st), target, timeout)
+}
+
+func (etcdData) Revision(ctx context.Context, st *nodestate.NodeState) (int64, error) {
+	return etcddata.Revision(ctx, etcddata.Endpoint(st))
 }
 
 // hit is a fault point: fault.Hit (armed only in a stratumfault build),

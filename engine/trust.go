@@ -168,8 +168,8 @@ func (e *Engine) trustTxn(t *journal.Txn, recs []journal.Record) error {
 		case r.EtcdData == "" && r.Step != journal.StepEtcdData:
 		case r.Step != journal.StepEtcdData || r.Component != nodestate.Etcd:
 			return bad("records.etcdData", r.EtcdData, "")
-		case r.EtcdData != journal.EtcdKeep && r.EtcdData != journal.EtcdRestore:
-			return bad("records.etcdData", r.EtcdData, journal.EtcdKeep+" or "+journal.EtcdRestore)
+		case r.EtcdData != journal.EtcdKeep && r.EtcdData != journal.EtcdRestore && r.EtcdData != journal.EtcdDowngrade:
+			return bad("records.etcdData", r.EtcdData, journal.EtcdKeep+", "+journal.EtcdRestore+" or "+journal.EtcdDowngrade)
 		}
 		switch want := asideDir(from, t.ID); {
 		case r.AsideDir == "":

@@ -20,6 +20,12 @@ const (
 	AfterBegin      Point = "after-begin"
 	AfterSnapshot   Point = "after-snapshot"
 	AfterEtcdBackup Point = "after-etcd-backup"
+	// AfterEtcdAnswered: the new etcd answered and that is journaled
+	// (etcd's step only, after its after-replaced).
+	AfterEtcdAnswered Point = "after-etcd-answered"
+	// AfterEtcdSilent: the wait for the new etcd ended without an answer
+	// and that is journaled; the rollback is next.
+	AfterEtcdSilent Point = "after-etcd-silent"
 	AfterApply      Point = "after-apply"
 	BeforeCommit    Point = "before-commit"
 	AfterCommit     Point = "after-commit"
@@ -28,6 +34,7 @@ const (
 // The points of a rollback.
 const (
 	AfterRollingBack   Point = "after-rolling-back"
+	AfterEtcdDowngrade Point = "after-etcd-downgrade"
 	AfterEtcdStop      Point = "after-etcd-stop"
 	AfterEtcdRestore   Point = "after-etcd-restore"
 	AfterRestore       Point = "after-restore"
@@ -69,14 +76,24 @@ func UpgradePoints(roster []string) []Point {
 	for _, comp := range roster {
 		for _, s := range Steps {
 			pts = append(pts, s.Of(comp))
+			if s == AfterReplaced && comp == "etcd" {
+				pts = append(pts, AfterEtcdAnswered)
+			}
 		}
 	}
 	return append(pts, AfterApply, BeforeCommit, AfterCommit)
 }
 
+// EtcdSilentPoints is every point of an upgrade whose new etcd never
+// answers, from the journaled silence on: AfterEtcdSilent, then the
+// rollback's points over roster.
+func EtcdSilentPoints(roster []string) []Point {
+	return append([]Point{AfterEtcdSilent}, RollbackPoints(roster)...)
+}
+
 // RollbackPoints is every point of a rollback over roster, in order.
 func RollbackPoints(roster []string) []Point {
-	pts := []Point{AfterRollingBack, AfterEtcdStop, AfterEtcdRestore, AfterRestore}
+	pts := []Point{AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore}
 	for _, comp := range roster {
 		for _, s := range Steps {
 			pts = append(pts, s.InRollback(comp))
@@ -87,6 +104,6 @@ func RollbackPoints(roster []string) []Point {
 
 // Fixed is every point that names no component, for the docs.
 func Fixed() []Point {
-	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterApply, BeforeCommit, AfterCommit,
-		AfterRollingBack, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
+	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterEtcdAnswered, AfterEtcdSilent, AfterApply, BeforeCommit, AfterCommit,
+		AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
 }

@@ -199,3 +199,30 @@ func TestMigrateV4(t *testing.T) {
 		t.Fatalf("decision read back as %+v", d)
 	}
 }
+
+// A version-6 file (no record has the etcd-answered or etcd-silent step)
+// migrates to version 7 by moving the version alone: an open upgrade's
+// records read back as they were, and the steps journaled next read back.
+func TestMigrateV6(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stratum.db")
+	j := openTest(t, path, Options{})
+	must(t, j.PutNodeState(testState(t, "v1.34.4")))
+	txn, err := j.Begin(Txn{Kind: KindUpgrade, Changed: []string{"etcd"}})
+	must(t, err)
+	old, err := j.Append(txn.ID, PhaseApplying, Record{Step: StepReplaced, Component: "etcd"})
+	must(t, err)
+	must(t, j.Close())
+	setVersion(t, path, 6)
+
+	j = openTest(t, path, Options{})
+	if v, err := j.SchemaVersion(); err != nil || v != 7 {
+		t.Fatalf("SchemaVersion() after migration = %d, %v; want 7", v, err)
+	}
+	_, err = j.Append(txn.ID, PhaseApplying, Record{Step: StepEtcdAnswered, Component: "etcd"}, Record{Step: StepEtcdSilent, Component: "etcd"})
+	must(t, err)
+	recs, err := j.Records(txn.ID)
+	must(t, err)
+	if len(recs) != 3 || !reflect.DeepEqual(recs[0], old[0]) || recs[1].Step != StepEtcdAnswered || recs[2].Step != StepEtcdSilent {
+		t.Fatalf("records after migration = %+v, want %+v then the two new steps", recs, old)
+	}
+}

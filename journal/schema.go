@@ -1,14 +1,14 @@
 package journal
 
 /*
-Schema of the journal file, version 6 (the current one).
+Schema of the journal file, version 7 (the current one).
 
 The journal is one bbolt file. Every key and value is listed here; nothing
 else is stored. All integers are 8-byte big-endian, so that bbolt's byte
 order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 
 	meta                          bucket
-	    schema_version            uint64: the schema version of this file (6)
+	    schema_version            uint64: the schema version of this file (7)
 	    created_at                time the file was first initialised, as text
 
 	state                         bucket
@@ -96,7 +96,14 @@ snapshots; its migration rewrites every txn's paths (one outside the
 directory whose parent is named snapshots, left by a directory moved
 before the migration, becomes snapshots/<name>), and a version-5 binary,
 which would take the relative paths for paths of its working directory,
-refuses the file.
+refuses the file. Version 7 adds the steps "etcd-answered" (the new etcd answered: it wrote
+to the data) and "etcd-silent" (the wait for it ended without an answer,
+watched from the old etcd's stop on), from which a rollback decides
+whether etcd's data can be kept, the etcd-data decision "downgrade" and
+the step "etcd-downgraded" (etcd's downgrade protocol moved the data back
+a minor); no older file holds one, so its migration only moves the
+version, and a version-6 binary, which would take every replaced etcd for
+one that wrote, refuses the file.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
@@ -117,7 +124,7 @@ import (
 )
 
 // currentVersion is the schema version this binary reads and writes.
-const currentVersion = 6
+const currentVersion = 7
 
 // CurrentSchemaVersion is the journal schema version this binary writes and reads.
 const CurrentSchemaVersion = currentVersion
@@ -155,6 +162,7 @@ var migrations = []migration{
 	{name: "v3 to v4: the ignored pre-flight checks of a txn", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v4 to v5: the etcd-data step and the txn field down", run: func(*bolt.Tx, time.Time) error { return nil }},
 	{name: "v5 to v6: paths relative to the state directory", run: func(tx *bolt.Tx, _ time.Time) error { return migrateV5toV6(tx) }},
+	{name: "v6 to v7: the etcd-answered, etcd-silent and etcd-downgraded steps", run: func(*bolt.Tx, time.Time) error { return nil }},
 }
 
 // migrateV0toV1 creates the version-1 buckets and moves the pre-release
@@ -225,7 +233,7 @@ func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("records/%s/%x: %w", id, k, err)
 			}
-			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData {
+			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData || r.Step == StepEtcdAnswered || r.Step == StepEtcdSilent || r.Step == StepEtcdDowngraded {
 				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
 			}
 			switch {

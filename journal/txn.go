@@ -182,6 +182,11 @@ const (
 	// EtcdRestore: etcd's data is restored from the transaction's backup
 	// (a newer etcd ran on it, or may have).
 	EtcdRestore = "restore"
+	// EtcdDowngrade: a newer etcd minor wrote to a single member's data
+	// and answers: etcd's downgrade protocol moves the data back to the
+	// old minor, every write kept (StepEtcdDowngraded once done); if etcd
+	// refuses, a later etcd-data record decides restore. Schema 7.
+	EtcdDowngrade = "downgrade"
 )
 
 // Step is what a Record says happened.
@@ -205,12 +210,24 @@ const (
 	StepEtcdData Step = "etcd-data"
 	// StepEtcdRestored: etcd's data was restored from its backup.
 	StepEtcdRestored Step = "etcd-restored"
+	// StepEtcdAnswered: the etcd an upgrade wrote answered its health
+	// endpoint, so it ran on the data and wrote to it. Schema 7.
+	StepEtcdAnswered Step = "etcd-answered"
+	// StepEtcdSilent: the wait for the etcd an upgrade wrote ended without
+	// an answer, watched by the run that wrote its manifest from the stop
+	// of the old etcd on: no newer etcd wrote to the data up to this
+	// record. Schema 7.
+	StepEtcdSilent Step = "etcd-silent"
+	// StepEtcdDowngraded: etcd's downgrade protocol moved the data back
+	// to the old minor (Record.Why says to which storage version, at
+	// which revision). Schema 7.
+	StepEtcdDowngraded Step = "etcd-downgraded"
 	// StepVerified: the transaction passed its soak and committed.
 	StepVerified Step = "verified"
 )
 
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }

@@ -21,7 +21,34 @@ type txnDetail struct {
 	// RollbackReport is each component's state when the rollback failed;
 	// null unless it did.
 	RollbackReport []componentReportJSON `json:"rollbackReport"`
-	Records        []recordJSON          `json:"records"`
+	// EtcdPath is how the rollback took etcd's data; null when it decided
+	// nothing about it (no rollback, or etcd not written).
+	EtcdPath *etcdPathJSON `json:"etcdPath"`
+	Records  []recordJSON  `json:"records"`
+}
+
+// etcdPathJSON is a rollback's way with etcd's data: kept, downgraded (by
+// etcd's downgrade protocol) or restored (from the backup: why says how
+// many revisions it lost), and why.
+type etcdPathJSON struct {
+	Path string `json:"path"`
+	Why  string `json:"why"`
+}
+
+// etcdPathOf is the last etcd-data decision of recs, if any.
+func etcdPathOf(recs []journal.Record) *etcdPathJSON {
+	var out *etcdPathJSON
+	for _, r := range recs {
+		if r.Step != journal.StepEtcdData {
+			continue
+		}
+		path := map[string]string{journal.EtcdKeep: "kept", journal.EtcdDowngrade: "downgraded", journal.EtcdRestore: "restored"}[r.EtcdData]
+		if path == "" {
+			path = r.EtcdData
+		}
+		out = &etcdPathJSON{Path: path, Why: r.Why}
+	}
+	return out
 }
 
 func (g *globals) showTxn(id string) error {
@@ -43,7 +70,7 @@ func (g *globals) showTxn(id string) error {
 	if err != nil {
 		return err
 	}
-	d := txnDetail{txnInfo: txnSummary(t, recs), EtcdBackupFile: etcdBackupOf(t.EtcdBackup), RollbackReport: rollbackReportOf(t.Detail), Records: recordsOut(recs)}
+	d := txnDetail{txnInfo: txnSummary(t, recs), EtcdBackupFile: etcdBackupOf(t.EtcdBackup), RollbackReport: rollbackReportOf(t.Detail), EtcdPath: etcdPathOf(recs), Records: recordsOut(recs)}
 	if g.json() {
 		return g.write(d)
 	}
@@ -81,6 +108,9 @@ func (d *txnDetail) print(w io.Writer, cmdline func(string) string) error {
 		field("etcd backup", "none")
 	}
 	field("reason", "%s", orDash(d.Reason))
+	if p := d.EtcdPath; p != nil {
+		field("etcd data", "%s: %s", p.Path, p.Why)
+	}
 	for i, c := range d.IgnoredChecks {
 		label := ""
 		if i == 0 {
@@ -154,6 +184,14 @@ func recordText(r recordJSON) string {
 		return "restored: the manifest snapshot was written back"
 	case journal.StepEtcdRestored:
 		return "etcd-restored: etcd's data restored from its backup; the data it ran on is at " + orDash(r.AsideDir)
+	case journal.StepEtcdData:
+		return fmt.Sprintf("etcd-data: etcd's data is %s: %s", orDash(r.EtcdData), orDash(r.Why))
+	case journal.StepEtcdAnswered:
+		return "etcd-answered: the new etcd answered, so it wrote to the data"
+	case journal.StepEtcdSilent:
+		return "etcd-silent: the wait for the new etcd ended without an answer"
+	case journal.StepEtcdDowngraded:
+		return "etcd-downgraded: etcd's downgrade protocol moved the data back: " + orDash(r.Why)
 	case journal.StepVerified:
 		return "verified: every component stayed active through the soak"
 	}

@@ -62,12 +62,17 @@ type recordJSON struct {
 	Stamp     *string       `json:"stamp"`
 	Processes []processJSON `json:"processes"`
 	AsideDir  *string       `json:"asideDir"`
+	// EtcdData and Why are a rollback's decision about etcd's data
+	// (step etcd-data) and what it rests on (also etcd-downgraded's).
+	EtcdData *string `json:"etcdData"`
+	Why      *string `json:"why"`
 }
 
 func recordOut(r journal.Record) recordJSON {
 	out := recordJSON{
 		Seq: r.Seq, Time: r.Time, BootID: r.BootID, Phase: r.Phase, Step: optional(string(r.Step)),
 		Component: optional(r.Component), Stamp: optional(r.Stamp), Processes: processesJSON(r.Processes), AsideDir: optional(r.AsideDir),
+		EtcdData: optional(r.EtcdData), Why: optional(r.Why),
 	}
 	if r.ProcMark != nil {
 		out.ProcMark = &markJSON{Ticks: r.ProcMark.Ticks, BootID: r.ProcMark.BootID}

@@ -143,7 +143,9 @@ func newRollbackCmd(g *globals) *cobra.Command {
 		Use:   "rollback [--last]",
 		Short: "Roll back the open transaction, or with --last undo the last committed one",
 		Long: `rollback rolls back the open transaction, whatever its phase: restore its
-snapshot (and etcd's data for a single-member cluster when etcd was changed),
+snapshot (and, for a single-member cluster, etcd's data when a newer etcd
+minor wrote to it: downgraded with etcd's own protocol, or restored from the
+backup only when that cannot run),
 restart each component it wrote, and wait until every component of the old
 roster answers. It exits 0 when the node is back as it was, 4 when the rollback
 failed.

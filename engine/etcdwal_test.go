@@ -1,0 +1,97 @@
+package engine
+
+// The EtcdWALHistory pre-flight check (issue 30 item 3): a move of etcd to
+// a minor that refuses entries of the member's WAL history is refused
+// before anything is written, naming the hazard and its etcd issue.
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/pkg/v3/pbutil"
+	"go.etcd.io/etcd/server/v3/storage/datadir"
+	"go.etcd.io/etcd/server/v3/storage/wal"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// writeMemberWAL writes a WAL holding reqs as entries 1..n (no snapshot)
+// into the member's data dir, with etcd's own wal package.
+func writeMemberWAL(t *testing.T, dataDir string, reqs ...pb.Request) {
+	t.Helper()
+	if err := os.MkdirAll(datadir.ToSnapDir(dataDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w, err := wal.Create(zap.NewNop(), datadir.ToWALDir(dataDir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ents []raftpb.Entry
+	for i := range reqs {
+		ents = append(ents, raftpb.Entry{Term: 1, Index: uint64(i + 1), Type: raftpb.EntryNormal, Data: pbutil.MustMarshal(&reqs[i])})
+	}
+	if err := w.Save(raftpb.HardState{Term: 1, Commit: uint64(len(ents))}, ents); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPreflightEtcdWALHistory(t *testing.T) {
+	publish := pb.Request{ID: 1, Method: "PUT", Path: "/0/members/8e9e05c52164694d/attributes"}
+	v2write := pb.Request{ID: 2, Method: "PUT", Path: "/v2/keys/foo"}
+	for _, c := range []struct {
+		name     string
+		from, to string
+		reqs     []pb.Request
+		want     string // in the refusal; "" for none
+	}{
+		{name: "3.5 v2 write to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, v2write}, want: "etcd-io/etcd#20809"},
+		{name: "3.5 publish to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish}},
+		{name: "3.5 publish to 3.7", from: "3.6.16-0", to: "3.7.3-0", reqs: []pb.Request{publish}, want: "unmarshal should never fail"},
+		{name: "within 3.5", from: "3.5.35-0", to: "3.5.36-0", reqs: []pb.Request{v2write}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newMemNode(t)
+			writeMemberWAL(t, n.st.Etcd.DataDir, c.reqs...)
+			from, to := n.st.Clone(), n.st.Clone()
+			from.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.from
+			to.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.to
+			f := preflight{}.etcdWAL(from, to)
+			switch {
+			case c.want == "" && f != nil:
+				t.Errorf("refused: %s", f.Message)
+			case c.want != "" && f == nil:
+				t.Errorf("not refused, want a refusal naming %q", c.want)
+			case c.want != "" && (f.Check != CheckEtcdWALHistory || !strings.Contains(f.Message, c.want) || !strings.Contains(f.Message, "--snapshot-count=1")):
+				t.Errorf("finding %+v, want %s naming %q and what to do", f, CheckEtcdWALHistory, c.want)
+			}
+		})
+	}
+}
+
+// Through the plan: the refusal is a pre-flight error, nothing is
+// written, and --ignore-preflight-errors lets it through.
+func TestPlanRefusesAnEtcdWALHazard(t *testing.T) {
+	n := newMemNode(t)
+	writeMemberWAL(t, n.st.Etcd.DataDir, pb.Request{ID: 2, Method: "DELETE", Path: "/v2/keys/foo"})
+	before := n.manifests()
+	_, err := n.engine(nil).Run(t.Context(), release(n.st, true, "", ""), nil)
+	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), CheckEtcdWALHistory) {
+		t.Fatalf("Run: %v, want refused by %s", err, CheckEtcdWALHistory)
+	}
+	if now := n.manifests(); len(now) != len(before) {
+		t.Fatalf("the refused run changed the manifest directory")
+	}
+	res, err := n.engine(nil).RunWith(t.Context(), release(n.st, true, "", ""), nil, UpgradeOptions{IgnorePreflight: []string{CheckEtcdWALHistory}})
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("Run ignoring %s: %+v %v", CheckEtcdWALHistory, res, err)
+	}
+}
