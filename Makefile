@@ -184,12 +184,12 @@ ha: real-binaries ## three nodes of one real etcd cluster: concurrent runs seria
 	STRATUM_HA=1 $(GO) test -p 1 -count=1 -timeout 20m -json -run '^TestHA' ./engine ./cmd/stratum-upgrade \
 		| $(GO) run ./internal/harness/cmd/hafigures -doc docs/performance.md
 
-e2e-kubelet: ## end to end against a real kubelet on containerd (root; apt-installs containerd/runc; docs/e2e.md)
+e2e-kubelet: ## end to end against the real kubelets v1.37.2 and v1.34.4 on containerd (KUBELET=v1.34.4 picks one; root; apt-installs containerd/runc; docs/e2e.md)
 	./scripts/e2e-kubelet.sh
 
 # Not part of e2e-kubelet (CI time): a measurement for issue 18, rerun when
 # kubelet or the replacement rule changes. STRATUM_BENCH_N=20 for more rounds.
-bench-kubelet: ## measure on the real kubelet when a removed static pod's name is released and each replacement strategy; writes its section of docs/performance.md (root; about 10 minutes)
+bench-kubelet: ## measure on each real kubelet (or KUBELET=) when a removed static pod's name is released and each replacement strategy; writes its section of docs/performance.md (root; about 10 minutes per kubelet)
 	./scripts/e2e-kubelet.sh bench
 
 clean: ## remove build output (not the etcd build cache)

@@ -13,83 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 )
 
-// KubeletVersion is the kubelet the end-to-end tests build and run.
-const KubeletVersion = "v1.34.4"
-
-// KubeletToolDir is the nested module that builds kubelet, relative to the
-// repository root.
-const KubeletToolDir = "internal/harness/tools/kubelet"
-
-// KubeletBuildTimeout bounds one go build of kubelet: about 3.5 minutes on
-// 2 cores from a cold build cache, plus the module download.
-const KubeletBuildTimeout = 20 * time.Minute
-
 // CacheDir is where the end-to-end builds are kept between runs: the test
 // bed's cache ($STRATUM_CACHE, default $HOME/.cache/stratum-upgrade).
 func CacheDir() (string, error) { return build.CacheDir() }
-
-// KubeletBinary returns the path of the kubelet binary,
-// <cache>/kubelet-v1.34.4/kubelet, building it from the tool module first
-// if the cache does not hold it. The build writes a temporary name and
-// renames it into place under an exclusive lock, so concurrent callers build
-// once and nobody ever runs a partial binary; on error nothing is left at
-// the returned path. built reports whether this call built it.
-func KubeletBinary(ctx context.Context) (path string, built bool, err error) {
-	cache, err := CacheDir()
-	if err != nil {
-		return "", false, err
-	}
-	dir := filepath.Join(cache, "kubelet-"+KubeletVersion)
-	bin := filepath.Join(dir, "kubelet")
-	if ok, err := build.Executable(bin); err != nil || ok {
-		return bin, false, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("kubelet build cache: %w", err)
-	}
-	unlock, err := build.Lock(filepath.Join(dir, "build.lock"), KubeletBuildTimeout)
-	if err != nil {
-		return "", false, err
-	}
-	defer unlock()
-	if ok, err := build.Executable(bin); err != nil || ok { // built while we waited
-		return bin, false, err
-	}
-	root, err := build.RepoRoot()
-	if err != nil {
-		return "", false, err
-	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".kubelet-%d.tmp", os.Getpid()))
-	defer os.Remove(tmp)
-	bctx, cancel := context.WithTimeout(ctx, KubeletBuildTimeout)
-	defer cancel()
-	ldflags := "-s -w -X k8s.io/component-base/version.gitVersion=" + KubeletVersion +
-		" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" +
-		" -X k8s.io/component-base/version.gitTreeState=clean"
-	cmd := exec.CommandContext(bctx, "go", "build", "-p", "2", "-trimpath", "-ldflags", ldflags, "-o", tmp, "k8s.io/kubernetes/cmd/kubelet")
-	cmd.Dir = filepath.Join(root, KubeletToolDir)
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-mod=readonly")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", false, fmt.Errorf("build kubelet %s in %s (timeout %s): %w\n%s", KubeletVersion, cmd.Dir, KubeletBuildTimeout, err, out)
-	}
-	out, err := exec.Command(tmp, "--version").CombinedOutput()
-	if err != nil {
-		return "", false, fmt.Errorf("built kubelet does not run: %w\n%s", err, out)
-	}
-	if want := "Kubernetes " + KubeletVersion; !strings.Contains(string(out), want) {
-		return "", false, fmt.Errorf("built kubelet reports %q, want %q", strings.TrimSpace(string(out)), want)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", false, fmt.Errorf("kubelet build cache: %w", err)
-	}
-	return bin, true, nil
-}
 
 // StaticEtcd returns a statically linked etcd for minor ("3.5" or "3.6"),
 // the only kind an image of one binary can run: etcdbuild.Binary's build

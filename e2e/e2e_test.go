@@ -26,14 +26,39 @@ var failingFlags = []string{"--active-timeout", "45s"}
 
 // TestRealKubelet drives stratum-upgrade through every scenario of
 // docs/e2e.md on one containerd and kubelet, each scenario on a fresh node
-// (manifests removed, pods gone, new PKI, data and journal, init).
+// (manifests removed, pods gone, new PKI, data and journal, init): every
+// scenario under the newest of Kubelets, the upgrade, rollback and
+// kill-resume scenarios under each older one too; a kubelet that KUBELET
+// selects runs every scenario.
 func TestRealKubelet(t *testing.T) {
 	requireE2E(t)
-	h := startHost(t)
-	rep := &report{Kubelet: KubeletVersion, Deadlines: fmt.Sprintf("%+v", engine.DefaultDeadlines)}
+	ks, selected, err := kubeletsFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &report{Deadlines: fmt.Sprintf("%+v", engine.DefaultDeadlines)}
 	t.Cleanup(func() { rep.write(t) })
+	for _, k := range ks {
+		rep.Kubelets = append(rep.Kubelets, k.Version)
+		full := selected || k.Version == Kubelets[0].Version
+		t.Run(k.Version, func(t *testing.T) { realKubelet(t, k, full, &kubeletRuns{rep: rep, kubelet: k.Version}) })
+	}
+}
 
-	t.Run("commit-with-etcd-minor-upgrade", func(t *testing.T) {
+// realKubelet runs the scenarios under kubelet k: every one when full,
+// otherwise those marked for every kubelet.
+func realKubelet(t *testing.T, k Kubelet, full bool, rep *kubeletRuns) {
+	h := startHost(t, k)
+	scenario := func(name string, everyKubelet bool, f func(t *testing.T)) {
+		t.Run(name, func(t *testing.T) {
+			if !full && !everyKubelet {
+				t.Skipf("runs under kubelet %s only (%s=%s runs it under this one)", Kubelets[0].Version, EnvKubelet, k.Version)
+			}
+			f(t)
+		})
+	}
+
+	scenario("commit-with-etcd-minor-upgrade", true, func(t *testing.T) {
 		n := resetNode(t, h)
 		etcdclient.Put(t, n, "before", "1")
 		rel := n.writeRelease(t, "v1.34.5-etcd36", true, "", "")
@@ -51,7 +76,7 @@ func TestRealKubelet(t *testing.T) {
 		}
 	})
 
-	t.Run("scheduler-crashes-in-soak-rolls-back", func(t *testing.T) {
+	scenario("scheduler-crashes-in-soak-rolls-back", true, func(t *testing.T) {
 		n := resetNode(t, h)
 		before := n.manifests(t)
 		// Healthy at once, so its step passes; exits 1 two seconds later
@@ -79,13 +104,14 @@ func TestRealKubelet(t *testing.T) {
 		etcd36      bool
 		fail        string
 		want        engine.Outcome
+		every       bool // runs under every kubelet
 	}{
-		{"sigkill-after-write-etcd", "after-write:etcd", true, "", engine.Committed},
-		{"sigkill-after-replaced-kube-apiserver", "after-replaced:kube-apiserver", false, "", engine.Committed},
-		{"sigkill-rollback-after-write-kube-scheduler", "rollback-after-write:kube-scheduler", true, nodestate.Scheduler, engine.RolledBack},
+		{"sigkill-after-write-etcd", "after-write:etcd", true, "", engine.Committed, false},
+		{"sigkill-after-replaced-kube-apiserver", "after-replaced:kube-apiserver", false, "", engine.Committed, true},
+		{"sigkill-rollback-after-write-kube-scheduler", "rollback-after-write:kube-scheduler", true, nodestate.Scheduler, engine.RolledBack, false},
 	}
 	for _, c := range crashes {
-		t.Run(c.name, func(t *testing.T) {
+		scenario(c.name, c.every, func(t *testing.T) {
 			n := resetNode(t, h)
 			etcdclient.Put(t, n, "before", "1")
 			before := n.manifests(t)
@@ -137,7 +163,7 @@ func TestRealKubelet(t *testing.T) {
 		})
 	}
 
-	t.Run("kubelet-restarted-mid-upgrade", func(t *testing.T) {
+	scenario("kubelet-restarted-mid-upgrade", false, func(t *testing.T) {
 		n := resetNode(t, h)
 		rel := n.writeRelease(t, "release", false, "", "")
 		restarted := make(chan error, 1)
@@ -177,18 +203,27 @@ func TestRealKubelet(t *testing.T) {
 		checkConverged(t, n, engine.Committed, nil)
 	})
 
-	t.Run("real-control-plane", func(t *testing.T) { realScenarios(t, h, rep) })
+	scenario("real-control-plane", false, func(t *testing.T) { realScenarios(t, h, rep) })
 }
 
 // report is what the end-to-end run measured.
 type report struct {
-	Kubelet   string     `json:"kubelet"`
+	// Kubelets are the kubelet versions the run ran under.
+	Kubelets  []string   `json:"kubelets"`
 	Deadlines string     `json:"defaultDeadlines"`
 	Runs      []runTimes `json:"runs"`
 }
 
+// kubeletRuns adds the runs under one kubelet to the report.
+type kubeletRuns struct {
+	rep     *report
+	kubelet string
+}
+
 type runTimes struct {
-	Test      string      `json:"test"`
+	Test string `json:"test"`
+	// Kubelet is the version of the kubelet the run ran under.
+	Kubelet   string      `json:"kubelet"`
 	What      string      `json:"what"`
 	ExitCode  int         `json:"exitCode"`
 	Outcome   string      `json:"outcome,omitempty"`
@@ -222,8 +257,8 @@ type stepTimes struct {
 	Failed    bool    `json:"failed,omitempty"`
 }
 
-func (rep *report) add(t *testing.T, what string, r runResult) {
-	rt := runTimes{Test: t.Name(), What: what, ExitCode: r.code, Total: r.elapsed.Round(10 * time.Millisecond).String(), TotalSecs: r.elapsed.Seconds(), Foreign: r.foreign, Spans: map[string]float64{}}
+func (kr *kubeletRuns) add(t *testing.T, what string, r runResult) {
+	rt := runTimes{Test: t.Name(), Kubelet: kr.kubelet, What: what, ExitCode: r.code, Total: r.elapsed.Round(10 * time.Millisecond).String(), TotalSecs: r.elapsed.Seconds(), Foreign: r.foreign, Spans: map[string]float64{}}
 	if r.final != nil {
 		rt.Outcome, _ = r.final["outcome"].(string)
 	}
@@ -302,7 +337,7 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: exit %d %s in %s", what, r.code, rt.Outcome, rt.Total)
+	fmt.Fprintf(&b, "kubelet %s, %s: exit %d %s in %s", kr.kubelet, what, r.code, rt.Outcome, rt.Total)
 	for _, s := range rt.Steps {
 		fail := ""
 		if s.Failed {
@@ -316,7 +351,7 @@ func (rep *report) add(t *testing.T, what string, r runResult) {
 		}
 	}
 	t.Log(b.String())
-	rep.Runs = append(rep.Runs, rt)
+	kr.rep.Runs = append(kr.rep.Runs, rt)
 }
 
 // write saves the report as JSON to $STRATUM_E2E_REPORT (default

@@ -56,6 +56,9 @@ type Host struct {
 	// the root.
 	SaveLogs string
 
+	// KubeletVersion is the version of its kubelet (HostOptions).
+	KubeletVersion string
+
 	kubeletBin string
 	kubeletV   int
 	containerd *daemon
@@ -107,8 +110,9 @@ type HostOptions struct {
 	// Images is the docker-archive imported into containerd's k8s.io
 	// namespace before kubelet starts.
 	Images string
-	// Kubelet is the kubelet binary (KubeletBinary).
-	Kubelet string
+	// Kubelet is the kubelet binary (KubeletBinary), of KubeletVersion.
+	Kubelet        string
+	KubeletVersion string
 	// KubeletVerbosity is kubelet's --v; 0 means 2. At 4 kubelet logs
 	// when a terminated pod's worker releases its name
 	// (docs/kubelet-hold.md).
@@ -141,6 +145,7 @@ func StartHost(ctx context.Context, o HostOptions) (*Host, error) {
 		ContainerdLog:  filepath.Join(o.Root, "containerd.log"),
 		NodeName:       o.NodeName,
 		kubeletBin:     o.Kubelet,
+		KubeletVersion: o.KubeletVersion,
 		kubeletV:       o.KubeletVerbosity,
 		logf:           o.Logf,
 	}

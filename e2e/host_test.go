@@ -14,22 +14,22 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 )
 
-// startHost builds kubelet and the images and starts a Host whose teardown
-// is registered with t.Cleanup and must be clean.
-func startHost(t *testing.T) *Host {
+// startHost builds kubelet k and the images and starts a Host whose
+// teardown is registered with t.Cleanup and must be clean.
+func startHost(t *testing.T, k Kubelet) *Host {
 	t.Helper()
-	return startHostWith(t, HostOptions{})
+	return startHostWith(t, k, HostOptions{})
 }
 
-// startHostWith is startHost with o's options (its Images, Kubelet and
-// Logf are set here).
-func startHostWith(t *testing.T, o HostOptions) *Host {
+// startHostWith is startHost with o's options (its Images, Kubelet,
+// KubeletVersion and Logf are set here).
+func startHostWith(t *testing.T, k Kubelet, o HostOptions) *Host {
 	t.Helper()
-	kubelet, built, err := KubeletBinary(t.Context())
+	kubelet, built, err := KubeletBinary(t.Context(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("kubelet %s (built now: %v)", kubelet, built)
+	t.Logf("kubelet %s %s (built now: %v)", k.Version, kubelet, built)
 	archive, written, err := BuildImages()
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func startHostWith(t *testing.T, o HostOptions) *Host {
 		}
 		t.Logf("%s=1: process scans scoped to this test's tree (pid %d), not host-wide", EnvScope, os.Getpid())
 	}
-	o.Images, o.Kubelet, o.Logf = archive, kubelet, t.Logf
+	o.Images, o.Kubelet, o.KubeletVersion, o.Logf = archive, kubelet, k.Version, t.Logf
 	h, err := StartHost(t.Context(), o)
 	if h != nil {
 		if cache, err := CacheDir(); err == nil {
@@ -105,12 +105,22 @@ spec:
     - {name: PATH, value: /from-pod}
 `
 
-// TestHostRunsStaticPod: containerd and kubelet come up, a static pod of
-// the pause image runs as a host process under a shim, and its removal and
-// the teardown leave nothing behind.
+// TestHostRunsStaticPod: containerd and each kubelet of the run come up,
+// a static pod of the pause image runs as a host process under a shim, and
+// its removal and the teardown leave nothing behind.
 func TestHostRunsStaticPod(t *testing.T) {
 	requireE2E(t)
-	h := startHost(t)
+	ks, _, err := kubeletsFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		t.Run(k.Version, func(t *testing.T) { hostRunsStaticPod(t, k) })
+	}
+}
+
+func hostRunsStaticPod(t *testing.T, k Kubelet) {
+	h := startHost(t, k)
 	imgs, err := h.Images(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -45,7 +45,7 @@ const (
 // realScenarios are the committed upgrade and the rollback of docs/e2e.md
 // on the real control plane, on h, after importing RealBinaries' images
 // (built if not cached).
-func realScenarios(t *testing.T, h *Host, rep *report) {
+func realScenarios(t *testing.T, h *Host, rep *kubeletRuns) {
 	if kubebuild.Versions[0] != realFrom || kubebuild.Versions[1] != realTo {
 		t.Fatalf("kubebuild.Versions %v: these scenarios upgrade %s -> %s", kubebuild.Versions, realFrom, realTo)
 	}

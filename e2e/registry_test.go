@@ -26,7 +26,12 @@ import (
 // CRI by the engine's ImagePull pre-flight before anything stops.
 func TestRegistryImages(t *testing.T) {
 	requireE2E(t)
-	h := startHost(t)
+	ks, _, err := kubeletsFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ks[0] // the run's newest kubelet: the pulls are the engine's, through containerd
+	h := startHost(t, k)
 	ctx := t.Context()
 	bins, err := BuildBinaries()
 	if err != nil {
@@ -50,8 +55,9 @@ func TestRegistryImages(t *testing.T) {
 	}
 	t.Logf("registry %s up, %d images pushed, in %s", reg.Addr, len(imgs)+1, time.Since(start).Round(time.Millisecond))
 
-	rep := &report{Kubelet: KubeletVersion, Deadlines: fmt.Sprintf("%+v", engine.DefaultDeadlines)}
-	t.Cleanup(func() { rep.writeTo(t, "registry-report.json") })
+	all := &report{Kubelets: []string{k.Version}, Deadlines: fmt.Sprintf("%+v", engine.DefaultDeadlines)}
+	t.Cleanup(func() { all.writeTo(t, "registry-report.json") })
+	rep := &kubeletRuns{rep: all, kubelet: k.Version}
 	sock := "unix://" + h.ContainerdSock
 	runtimeFlags := runOpts{flags: []string{"--cri-socket", sock}}
 	// The node runs the registry's v1.34.4 images (kubelet pulls them at

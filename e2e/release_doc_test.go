@@ -12,6 +12,7 @@ import (
 // number is"; a rerun replaces only what is between the markers; a lone
 // marker is an error, never a guess.
 func TestReplaceSection(t *testing.T) {
+	idleSection, loadSection := benchSection("v1.34.4", false), benchSection("v1.34.4", true)
 	doc := "# Performance\n\nintro\n\n" + sectionBefore + "\n\nrest\n"
 	once, err := replaceSection(doc, idleSection, "table one\n")
 	if err != nil {
@@ -39,6 +40,21 @@ func TestReplaceSection(t *testing.T) {
 	}
 	if want := strings.Replace(twice, sectionBefore, loadSection.Heading+"\n\n"+loadSection.Begin+"\nbusy table\n"+loadSection.End+"\n\n"+sectionBefore, 1); both != want {
 		t.Fatalf("busy section:\n%s\nwant:\n%s", both, want)
+	}
+	// another kubelet's section is one of its own, added before the anchor;
+	// rewriting it leaves the first kubelet's sections as they are
+	other := benchSection("v1.37.2", false)
+	three, err := replaceSection(both, other, "1.37 table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := replaceSection(three, other, "1.37 table, rerun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(again, idleSection.Begin+"\ntable two\n"+idleSection.End) || !strings.Contains(again, loadSection.Begin+"\nbusy table\n") ||
+		!strings.Contains(again, other.Heading+"\n\n"+other.Begin+"\n1.37 table, rerun\n"+other.End+"\n\n"+sectionBefore) || other.Begin == idleSection.Begin {
+		t.Fatalf("a second kubelet's section:\n%s", again)
 	}
 	if _, err := replaceSection("a\n"+idleSection.Begin+"\nb\n", idleSection, "x"); err == nil {
 		t.Error("a BEGIN marker without END: no error")

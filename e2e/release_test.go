@@ -78,13 +78,14 @@ type roundResult struct {
 	CgLog    time.Time `json:"cgroupRemovedLog,omitzero"`
 	Err      string    `json:"err,omitempty"`
 	Load     int       `json:"load,omitempty"` // busy loops running
+	Kubelet  string    `json:"kubelet,omitempty"`
 }
 
 // TestReleaseStrategies runs one kubelet at --v=4 with one stand-in
 // kube-scheduler pod and replaces it N times per strategy, the strategies
 // interleaved round by round so that a slow minute of the machine hits
 // them all alike. It writes the table into docs/performance.md and the raw
-// rounds into <cache>/e2e/bench-kubelet.json.
+// rounds into <cache>/e2e/bench-kubelet-<version>.json, per kubelet.
 func TestReleaseStrategies(t *testing.T) {
 	requireE2E(t)
 	if os.Getenv(EnvBenchKubelet) != "1" {
@@ -113,7 +114,20 @@ func TestReleaseStrategies(t *testing.T) {
 			t.Fatalf("%s=%q: want a number of busy loops", EnvBenchLoad, v)
 		}
 	}
-	h := startHostWith(t, HostOptions{KubeletVerbosity: 4})
+	ks, _, err := kubeletsFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		t.Run(k.Version, func(t *testing.T) { releaseStrategies(t, k, n, run, load) })
+	}
+}
+
+// releaseStrategies is TestReleaseStrategies under kubelet k: its rounds
+// go to <cache>/e2e/bench-kubelet-<version>.json, its tables to k's
+// section of docs/performance.md.
+func releaseStrategies(t *testing.T, k Kubelet, n int, run []strategy, load int) {
+	h := startHostWith(t, k, HostOptions{KubeletVerbosity: 4})
 	ports, err := testbed.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +143,7 @@ func TestReleaseStrategies(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		for _, s := range run {
 			r := b.replace(s, i)
-			r.Load = load
+			r.Load, r.Kubelet = load, k.Version
 			if r.Err != "" {
 				t.Errorf("strategy %s round %d: %s", s.Key, i, r.Err)
 				if err := b.recover(); err != nil {
@@ -144,8 +158,8 @@ func TestReleaseStrategies(t *testing.T) {
 	if err := addKubeletLog(results, h.KubeletLog); err != nil {
 		t.Errorf("reading kubelet's log: %v", err)
 	}
-	saveRounds(t, results)
-	writeReport(t, benchReport{Kubelet: KubeletVersion, Rounds: n, Date: began, Strategies: run, Results: results, Load: load})
+	saveRounds(t, k.Version, results)
+	writeReport(t, benchReport{Kubelet: k.Version, Rounds: n, Date: began, Strategies: run, Results: results, Load: load})
 }
 
 // startLoad starts n busy loops, stopped by PID when t ends; a test
@@ -165,7 +179,7 @@ func startLoad(t *testing.T, n int) {
 	}
 }
 
-// EnvBenchFrom names a bench-kubelet.json that TestReleaseReport turns
+// EnvBenchFrom names a bench-kubelet-<version>.json that TestReleaseReport turns
 // into docs/performance.md's section again, without a kubelet: for a
 // change to the report's tables.
 const EnvBenchFrom = "STRATUM_BENCH_FROM"
@@ -174,7 +188,7 @@ const EnvBenchFrom = "STRATUM_BENCH_FROM"
 func TestReleaseReport(t *testing.T) {
 	from := os.Getenv(EnvBenchFrom)
 	if from == "" {
-		t.Skipf("set %s to a bench-kubelet.json to rewrite its docs/performance.md section", EnvBenchFrom)
+		t.Skipf("set %s to a bench-kubelet-<version>.json to rewrite its docs/performance.md section", EnvBenchFrom)
 	}
 	b, err := os.ReadFile(from)
 	if err != nil {
@@ -187,7 +201,10 @@ func TestReleaseReport(t *testing.T) {
 	if len(rs) == 0 {
 		t.Fatalf("%s holds no rounds", from)
 	}
-	rep := benchReport{Kubelet: KubeletVersion, Date: rs[0].Remove.UTC(), Results: rs}
+	if rs[0].Kubelet == "" {
+		t.Fatalf("%s: its rounds do not say which kubelet they ran under (saved before they did): add \"kubelet\": \"v1.34.4\" to them", from)
+	}
+	rep := benchReport{Kubelet: rs[0].Kubelet, Date: rs[0].Remove.UTC(), Results: rs}
 	for _, s := range strategies {
 		if slices.ContainsFunc(rs, func(r roundResult) bool { return r.Strategy == s.Key }) {
 			rep.Strategies = append(rep.Strategies, s)
@@ -216,10 +233,7 @@ func writeReport(t *testing.T, rep benchReport) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec := idleSection
-	if rep.Load > 0 {
-		sec = loadSection
-	}
+	sec := benchSection(rep.Kubelet, rep.Load > 0)
 	if err := writeSection(filepath.Join(repo, "docs", "performance.md"), sec, rep.markdown()); err != nil {
 		t.Fatal(err)
 	}
@@ -330,15 +344,16 @@ func waitClosed(c chan struct{}, timeout time.Duration) bool {
 	}
 }
 
-// saveRounds writes every round into <cache>/e2e/bench-kubelet.json.
-func saveRounds(t *testing.T, rs []roundResult) {
+// saveRounds writes every round into
+// <cache>/e2e/bench-kubelet-<kubelet>.json.
+func saveRounds(t *testing.T, kubelet string, rs []roundResult) {
 	t.Helper()
 	cache, err := CacheDir()
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	p := filepath.Join(cache, "e2e", "bench-kubelet.json")
+	p := filepath.Join(cache, "e2e", "bench-kubelet-"+kubelet+".json")
 	b, _ := json.MarshalIndent(rs, "", "  ")
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Error(err)

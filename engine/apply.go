@@ -350,7 +350,7 @@ func (e *Engine) identity(st *nodestate.NodeState, comp string) ([]proc.Process,
 	if err != nil {
 		return nil, err
 	}
-	ps, err := e.procs.PIDs(t.Binary)
+	ps, err := e.procs.Of(t)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", comp, err)
 	}

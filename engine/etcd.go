@@ -155,7 +155,7 @@ func (e *Engine) newerEtcdRan(r *run) (etcdRan, string) {
 	case len(stale) == 0:
 		return etcdRanNoneRuns, "no etcd process runs and the upgrade never saw one start"
 	}
-	ps, err := e.procs.PIDs(t.Binary)
+	ps, err := e.procs.Of(t)
 	if err != nil || len(ps) != len(stale) {
 		return etcdRanMaybe, "an etcd started after its manifest was rewritten runs beside the old one"
 	}

@@ -133,7 +133,7 @@ func (e *Engine) etcdRuns(r *run) bool {
 			continue
 		}
 		asked = true
-		if ps, err := e.procs.PIDs(t.Binary); err != nil || len(ps) > 0 {
+		if ps, err := e.procs.Of(t); err != nil || len(ps) > 0 {
 			return true
 		}
 	}

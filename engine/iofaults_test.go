@@ -134,6 +134,9 @@ func (u *unreadableProc) PIDs(b string) ([]proc.Process, error) {
 	return u.Kubelet.PIDs(b)
 }
 
+// Of looks as PIDs does (the embedded model's Of would not fail).
+func (u *unreadableProc) Of(t proc.Target) ([]proc.Process, error) { return u.PIDs(t.Binary) }
+
 // Arm looks as PIDs does (the embedded model's Arm would not fail).
 func (u *unreadableProc) Arm(t proc.Target) ([]proc.Process, error) { return u.PIDs(t.Binary) }
 

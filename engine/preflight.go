@@ -30,7 +30,7 @@ const IgnoreAll = "all"
 // PreflightChecks is the name of every pre-flight check, in the order
 // their failures are reported.
 func PreflightChecks() []string {
-	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckImagePull)
+	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckImagePull, CheckStaticPodKubelet)
 }
 
 // CheckIgnore validates the names of checks to ignore: each a known check

@@ -50,7 +50,7 @@ func (e *Engine) nodeReport(r *run) []byte {
 			st = r.to
 		}
 		if t, err := manifest.Target(st, comp); err == nil {
-			rep.Processes, _ = e.procs.PIDs(t.Binary)
+			rep.Processes, _ = e.procs.Of(t)
 			rep.Active = e.procs.Active(context.Background(), t)
 		}
 		if rep.Manifest == "missing" && len(rep.Processes) == 0 && !slices.Contains(manifest.NamesFor(r.from), comp) {

@@ -41,7 +41,9 @@ type Manifests interface {
 type Processes interface {
 	Mark() (proc.Mark, error)
 	PastMark(ctx context.Context, m proc.Mark) error
-	PIDs(binary string) ([]proc.Process, error)
+	// Of is the processes that are t's: of t.Binary, in its static pod's
+	// cgroup where kubelet makes pod cgroups (proc.Scanner.Identify).
+	Of(t proc.Target) ([]proc.Process, error)
 	Active(ctx context.Context, t proc.Target) bool
 	WaitActive(ctx context.Context, t proc.Target, timeout time.Duration) error
 	WaitReplaced(ctx context.Context, t proc.Target, m proc.Mark, timeout time.Duration) error

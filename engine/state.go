@@ -133,6 +133,7 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 			findings = append(findings, *f)
 		}
 	}
+	findings = append(findings, staticPodFindings(plan, to.KubernetesVersion)...)
 	if plan.Ignored, err = pf.settle(findings); err != nil {
 		return nil, err
 	}

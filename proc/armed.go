@@ -42,7 +42,7 @@ var armedMu sync.Mutex
 // next Arm of its binary on s.
 func (s *Scanner) Arm(t Target) ([]Process, error) {
 	w := s.watchExecs()
-	ps, err := s.PIDs(t.Binary)
+	ps, err := s.Of(t)
 	if err == nil && w != nil {
 		var id string
 		if id, err = s.bootID(); err == nil {

@@ -31,6 +31,17 @@ func BenchmarkPIDsScoped(b *testing.B) {
 	}
 }
 
+// BenchmarkOf is BenchmarkPIDs with identity: each match's cgroup file,
+// and (unscoped) the look for kubepods at the hierarchies' roots.
+func BenchmarkOf(b *testing.B) {
+	s := Host()
+	for b.Loop() {
+		if _, err := s.Of(Target{Name: "kube-scheduler", Binary: "kube-scheduler"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkPgrep is the yardstick: pgrep -f over the same /proc, including
 // its own process start.
 func BenchmarkPgrep(b *testing.B) {

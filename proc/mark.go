@@ -88,7 +88,7 @@ func (s *Scanner) Replaced(t Target, m Mark) (done bool, stale []Process, err er
 	if m.BootID == "" {
 		return false, nil, fmt.Errorf("has %s been replaced: mark has no boot id (take it with Mark)", t.Name)
 	}
-	ps, err := s.PIDs(t.Binary)
+	ps, err := s.Of(t)
 	if err != nil {
 		return false, nil, fmt.Errorf("has %s been replaced: %w", t.Name, err)
 	}

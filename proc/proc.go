@@ -9,12 +9,15 @@
 // Start ticks are field 22 of /proc/<pid>/stat, parsed after the LAST ')' of
 // the line because the comm field before it may itself hold spaces and ')'.
 //
-// A process runs a component when the base name of its argv[0] (the bytes of
-// /proc/<pid>/cmdline up to the first NUL) equals the component's binary name.
+// A process runs a binary when the base name of its argv[0] (the bytes of
+// /proc/<pid>/cmdline up to the first NUL) equals the binary's name (PIDs).
 // The rule is deliberately loose: it does not look at /proc/<pid>/exe, so an
 // image's entrypoint that has no path on the host is still found, under
 // whatever directory argv[0] names. A process that rewrote its argv keeps
-// whatever it wrote.
+// whatever it wrote. Of those, the component's are the ones in a static
+// pod's cgroup, where kubelet makes pod cgroups; the others are foreign
+// ([Scanner.Identify], docs/architecture.md "Process identity"). Every wait
+// on a Target looks only at the component's.
 //
 // # Gone versus unknown
 //

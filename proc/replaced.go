@@ -127,7 +127,7 @@ func (tr *tracked) check() (done bool, stale []Process, err error) {
 	found, lost := tr.w.take()
 	var ps []Process
 	if tr.full || lost {
-		ps, err = tr.s.PIDs(tr.t.Binary)
+		ps, err = tr.s.Of(tr.t)
 		if err == nil {
 			var id string
 			id, err = tr.s.bootID()
@@ -139,6 +139,11 @@ func (tr *tracked) check() (done bool, stale []Process, err error) {
 			pids = append(pids, p.PID)
 		}
 		ps, err = tr.s.among(append(pids, found...), tr.binary())
+		if err == nil {
+			var id Identity
+			id, err = tr.s.split(ps)
+			ps = id.Ours
+		}
 	}
 	if err != nil {
 		tr.full = true

@@ -31,6 +31,9 @@ type Scanner struct {
 	bootIDOverride string
 	// cgroupRoot, when set by WithCgroupRoot, replaces DefaultCgroupRoot.
 	cgroupRoot string
+	// podsSeen, in a scoped scanner, is set once a process of its tree
+	// was seen in a pod cgroup (Identify); shared by its copies.
+	podsSeen *atomic.Bool
 	// armed holds the exec subscriptions Arm kept, by binary base name
 	// (guarded by armedMu). A copy of the Scanner (Within, WithBootID,
 	// WithCgroupRoot) starts with none: its view of the table differs.
@@ -94,6 +97,7 @@ func (s *Scanner) Within(pid int) *Scanner {
 	c := *s
 	c.armed = nil
 	c.scopes = append(slices.Clip(s.scopes), pid)
+	c.podsSeen = new(atomic.Bool)
 	return &c
 }
 
@@ -210,7 +214,7 @@ func (s *Scanner) StartTicks(pid int) (ticks uint64, alive bool, err error) {
 // down, and a component with no listener at all. An error means the answer is
 // unknown.
 func (s *Scanner) Running(t Target) (bool, error) {
-	ps, err := s.PIDs(t.Binary)
+	ps, err := s.Of(t)
 	if err != nil {
 		return false, fmt.Errorf("is %s running: %w", t.Name, err)
 	}

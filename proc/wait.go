@@ -102,7 +102,7 @@ func (s *Scanner) WaitGone(ctx context.Context, t Target, timeout time.Duration)
 	var survivors []Process
 	we := &WaitError{Component: t.Name, Awaited: t.Name + " to exit", Failed: t.Name + " did not exit", Advice: kubeletLog}
 	return waitFor(ctx, we, timeout, func(context.Context) (bool, error) {
-		ps, err := s.PIDs(t.Binary)
+		ps, err := s.Of(t)
 		if err != nil {
 			survivors = nil
 			return false, err

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# make e2e-kubelet: stratum-upgrade end to end against a real kubelet v1.34.4
-# on containerd and runc (docs/e2e.md). Needs root. Installs containerd and
+# make e2e-kubelet: stratum-upgrade end to end against the real kubelets
+# v1.37.2 (every scenario) and v1.34.4 (the upgrade, rollback and
+# kill-resume scenarios) on containerd and runc (docs/e2e.md); KUBELET=v1.34.4
+# (or 1.34, or a comma list) runs every scenario under the kubelet(s) named
+# instead. Needs root. Installs containerd and
 # runc with apt-get when missing; the real etcds and Kubernetes control
 # planes (kube-apiserver, -controller-manager, -scheduler v1.36.3 and
 # v1.37.2) are built first (make real-binaries: about 11 minutes per
-# Kubernetes version from a cold build cache); kubelet and the images are
-# built by the test. Everything is cached under $STRATUM_CACHE (default
+# Kubernetes version from a cold build cache); the kubelets (about 4
+# minutes each from a cold build cache) and the images are built by the
+# test. Everything is cached under $STRATUM_CACHE (default
 # ~/.cache/stratum-upgrade), so a rerun does not rebuild it.
 #
 # With the argument "bench" (make bench-kubelet) it runs only
@@ -13,12 +17,12 @@
 # and each replacement strategy, measured and written into
 # docs/performance.md (STRATUM_BENCH_N rounds per strategy, default 10;
 # STRATUM_BENCH_STRATEGIES picks some, e.g. cde; STRATUM_BENCH_LOAD=n runs
-# n busy loops meanwhile). It needs no real control
-# plane, so the real binaries are not built.
+# n busy loops meanwhile), under each kubelet (or KUBELET's). It needs no
+# real control plane, so the real binaries are not built.
 set -euo pipefail
 mode=${1:-e2e}
 case $mode in
-e2e) tests='TestKubeletBinary|TestHostRunsStaticPod|TestRealKubelet|TestRegistryImages' ;;
+e2e) tests='TestKubeletBinary|TestKubeletRules|TestHostRunsStaticPod|TestRealKubelet|TestRegistryImages|TestForeignEtcdUnderRealKubelet' ;;
 bench) tests='^TestReleaseStrategies$'; export STRATUM_BENCH_KUBELET=1 ;;
 *) echo "usage: $0 [e2e|bench]" >&2; exit 2 ;;
 esac
@@ -38,6 +42,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 containerd --version
 runc --version | head -1
+echo "e2e-kubelet: kubelets ${KUBELET:-every one (e2e/kubelets.go)}"
 start=$(date +%s)
 if [ "$mode" = e2e ]; then
 	# The real-control-plane scenarios run these binaries; built here, outside
@@ -46,7 +51,7 @@ if [ "$mode" = e2e ]; then
 	echo "e2e-kubelet: real binaries ready after $(( $(date +%s) - start ))s"
 fi
 log=$(mktemp /tmp/e2e-kubelet-XXXXXX.log)
-if ! STRATUM_E2E=1 go test -count=1 -v -timeout 40m -run "$tests" ./e2e/ 2>&1 | tee "$log"; then
+if ! STRATUM_E2E=1 go test -count=1 -v -timeout 60m -run "$tests" ./e2e/ 2>&1 | tee "$log"; then
 	# A failure's own lines are easily buried under the containerd and
 	# container logs the tests print after it: repeat each failed test's
 	# lines last, without those logs, so the tail of CI's output says why.

@@ -72,7 +72,7 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 		if err != nil {
 			return nil, err
 		}
-		if ps, err := g.scanner.PIDs(t.Binary); err != nil || len(ps) > 0 {
+		if ps, err := g.scanner.Of(t); err != nil || len(ps) > 0 {
 			// Unknown counts as running: the transaction's waits are safe.
 			rp.live = append(rp.live, c.Component)
 		}

@@ -77,8 +77,12 @@ type componentStatus struct {
 	// what active means).
 	Health    *string       `json:"health"`
 	Processes []processJSON `json:"processes"`
-	Active    bool          `json:"active"`
-	Error     *string       `json:"error"`
+	// Foreign are processes of the component's binary that are not its
+	// (outside the node's static pods: proc.Scanner.Identify); nothing
+	// waits on them or stops them.
+	Foreign []processJSON `json:"foreign"`
+	Active  bool          `json:"active"`
+	Error   *string       `json:"error"`
 }
 
 type nodeInfo struct {
@@ -196,7 +200,7 @@ func (g *globals) status() (*statusReport, error) {
 // component is name's status; ok is false for a component outside the
 // roster that has no manifest (nothing to show).
 func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeState, name string) (componentStatus, bool) {
-	c := componentStatus{Component: name, Path: store.Path(name), Processes: []processJSON{}}
+	c := componentStatus{Component: name, Path: store.Path(name), Processes: []processJSON{}, Foreign: []processJSON{}}
 	inRoster := st != nil && slices.Contains(manifest.NamesFor(st), name)
 	if st != nil {
 		c.InRoster = &inRoster
@@ -225,8 +229,9 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 	if !inRoster && c.Manifest == "missing" {
 		return c, false
 	}
-	// Processes: found by the binary name, checked on the port of the
-	// state that has the component in its roster.
+	// Processes: the component's by its static pod's cgroup, with the
+	// binary name as the cross check (proc.Scanner.Identify), checked on
+	// the port of the state that has the component in its roster.
 	var tst *nodestate.NodeState
 	switch {
 	case inRoster:
@@ -247,11 +252,11 @@ func (g *globals) component(store *manifest.Store, st, target *nodestate.NodeSta
 		return c, true
 	}
 	c.Health = optional(t.Health)
-	ps, err := g.scanner.PIDs(t.Binary)
+	id, err := g.scanner.Identify(t)
 	if err != nil {
 		c.Error = ptr(err.Error())
 	}
-	c.Processes = processesJSON(ps)
+	c.Processes, c.Foreign = processesJSON(id.Ours), processesJSON(id.Foreign)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	c.Active = g.scanner.Active(ctx, t)
@@ -368,12 +373,29 @@ func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Component, roster, c.Manifest, yesNo(c.Active), procs)
 		}
 		tw.Flush()
+		printForeign(w, rep.Components)
 	}
 	printStrays(w, rep.ManifestDir, rep.Strays)
 	for _, s := range rep.Strays {
 		if leftover, _ := manifest.IsStagingLeftover(s); leftover {
 			fmt.Fprintf(w, "              %s is a staging leftover: the next render or write sweeps it\n", s)
 		}
+	}
+}
+
+// printForeign names, per component, the processes of its binary that run
+// outside the node's static pods: they explain a second etcd in ps that
+// the table leaves out.
+func printForeign(w io.Writer, cs []componentStatus) {
+	for _, c := range cs {
+		if len(c.Foreign) == 0 {
+			continue
+		}
+		ps := make([]string, len(c.Foreign))
+		for i, p := range c.Foreign {
+			ps[i] = fmt.Sprintf("%d/%d", p.PID, p.StartTicks)
+		}
+		fmt.Fprintf(w, "foreign:      %s: %s run its binary outside the node's static pods; ignored\n", c.Component, list(ps))
 	}
 }
 

@@ -505,6 +505,10 @@ func (k *Kubelet) Replaced(t proc.Target, m proc.Mark) (bool, []proc.Process, er
 	return len(ps) > 0 && len(stale) == 0, stale, nil
 }
 
+// Of is PIDs(t.Binary): the model runs only the node's static pods, so
+// every process of a binary is the component's.
+func (k *Kubelet) Of(t proc.Target) ([]proc.Process, error) { return k.PIDs(t.Binary) }
+
 // Arm is PIDs: the model's WaitReplaced has nothing to ready.
 func (k *Kubelet) Arm(t proc.Target) ([]proc.Process, error) { return k.PIDs(t.Binary) }
 

@@ -73,6 +73,12 @@ type Config struct {
 	RootDir string
 	// NodeName suffixes every pod name and enters the UID hash.
 	NodeName string
+	// CgroupParent, when set, is a cgroup v2 directory the stand-in runs
+	// every container in, under kubelet's cgroupfs names for the pod
+	// (kubepods/<qos>/pod<UID>/<container>, see cgroup.go); it removes a
+	// pod's cgroup when it releases the pod's name. Empty: containers stay
+	// in the stand-in's own cgroup.
+	CgroupParent string
 	// NodeIP is what status.hostIP and status.podIP fieldRefs resolve to;
 	// default 127.0.0.1.
 	NodeIP string
@@ -173,6 +179,8 @@ func New(cfg Config) (*Kubelet, error) {
 	switch {
 	case cfg.ManifestDir == "" || !filepath.IsAbs(cfg.ManifestDir):
 		return nil, fmt.Errorf("kubelet stand-in: ManifestDir must be an absolute path, got %q", cfg.ManifestDir)
+	case cfg.CgroupParent != "" && !filepath.IsAbs(cfg.CgroupParent):
+		return nil, fmt.Errorf("kubelet stand-in: CgroupParent must be an absolute path, got %q", cfg.CgroupParent)
 	case cfg.RootDir == "" || !filepath.IsAbs(cfg.RootDir):
 		return nil, fmt.Errorf("kubelet stand-in: RootDir must be an absolute path, got %q", cfg.RootDir)
 	case cfg.NodeName == "":

@@ -285,6 +285,7 @@ func (k *Kubelet) checkTerminated(p *pod) {
 			return
 		}
 		k.log.Info("housekeeping: removing terminated pod worker", "key", p.src.Key, "uid", p.src.UID)
+		k.removePodCgroup(p)
 		delete(k.pods, p.src.UID)
 		if p.restartRequested {
 			k.reconcile()

@@ -99,6 +99,11 @@ func (k *Kubelet) command(c *container) (*exec.Cmd, string, error) {
 	}
 	// The child holds its own copy of the log descriptor.
 	closeAfterStart(cmd, lf)
+	if err := k.intoCgroup(cmd, c); err != nil {
+		afterStart.Delete(cmd)
+		lf.Close()
+		return nil, "", &startError{"StartError", err}
+	}
 	return cmd, logPath, nil
 }
 
@@ -209,7 +214,9 @@ func spawn(cmd *exec.Cmd) error {
 			for r := range spawnCh {
 				r.done <- r.cmd.Start()
 				if cl, ok := afterStart.LoadAndDelete(r.cmd); ok {
-					cl.(*os.File).Close()
+					for _, f := range cl.([]*os.File) {
+						f.Close()
+					}
 				}
 			}
 		}()
@@ -219,9 +226,15 @@ func spawn(cmd *exec.Cmd) error {
 	return <-done
 }
 
-var afterStart sync.Map // *exec.Cmd -> *os.File to close once started
+var afterStart sync.Map // *exec.Cmd -> []*os.File to close once started
 
-func closeAfterStart(cmd *exec.Cmd, f *os.File) { afterStart.Store(cmd, f) }
+// closeAfterStart closes f once cmd started (or failed to); cmd's start
+// runs on the spawn thread, never concurrently with this for one cmd.
+func closeAfterStart(cmd *exec.Cmd, f *os.File) {
+	fs, _ := afterStart.Load(cmd)
+	l, _ := fs.([]*os.File)
+	afterStart.Store(cmd, append(l, f))
+}
 
 // startTicks reads a process's start time in clock ticks since boot,
 // /proc/<pid>/stat field 22.

@@ -4,6 +4,8 @@ package testbed
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -30,7 +32,11 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 		}
 		return v.String()
 	}
+	if n.CgroupParent == "" && n.cmd == nil {
+		n.CgroupParent = n.makeCgroupParent()
+	}
 	args := []string{
+		"--cgroup-parent=" + n.CgroupParent,
 		"--manifest-dir=" + n.ManifestDir,
 		"--root-dir=" + n.KubeletDir,
 		"--node-name=" + n.State.NodeName,
@@ -92,7 +98,11 @@ var standinBinaries = sync.OnceValues(func() (*binaries, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(cache, "standin")
+	// One directory per checkout: the cache is shared by every checkout
+	// on the machine, and another one's stand-in may lack a flag this
+	// one passes.
+	sum := sha256.Sum256([]byte(repo))
+	dir := filepath.Join(cache, "standin", hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("testbed: %w", err)
 	}

@@ -50,6 +50,10 @@ func (n *Node) Reboot(timeout time.Duration) (string, error) {
 	case <-time.After(timeout):
 		return "", fmt.Errorf("testbed reboot: the killed kubelet stand-in (pid %d) was not reaped within %s", n.KubeletPID, timeout)
 	}
+	// A reboot leaves no cgroup of the old boot.
+	if err := n.clearCgroups(false); err != nil {
+		return "", fmt.Errorf("testbed reboot: %w", err)
+	}
 	id, err := newBootID()
 	if err != nil {
 		return "", err

@@ -62,6 +62,9 @@ func (n *Node) stop() error {
 	if len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("processes left behind and killed: %v", left))
 	}
+	if err := n.clearCgroups(true); err != nil {
+		problems = append(problems, err.Error())
+	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}

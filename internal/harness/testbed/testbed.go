@@ -132,6 +132,10 @@ type Node struct {
 	// Scanner sees only the stand-in and its descendants: every
 	// component, and no other test's.
 	Scanner *proc.Scanner
+	// CgroupParent is the cgroup v2 directory the stand-in makes its pod
+	// cgroups in (kubepods/<qos>/pod<UID>/<container>), "" when the
+	// machine lets the test make none (see makeCgroupParent).
+	CgroupParent string
 
 	log      *slog.Logger
 	cmd      *exec.Cmd
@@ -251,6 +255,9 @@ func bootNode(ctx context.Context, opts Options, m *member) (*Node, error) {
 		return nil, err
 	}
 	if err := n.startKubelet(bins.kubelet, opts); err != nil {
+		// No Node, so no Stop: the cgroup parent goes now (best effort:
+		// a stand-in that started pods and then failed keeps it busy).
+		_ = n.clearCgroups(true)
 		return nil, err
 	}
 	n.Scanner = proc.Host().Within(n.KubeletPID)

@@ -23,6 +23,7 @@ func main() {
 	fs.StringVar(&cfg.ManifestDir, "manifest-dir", "", "static pod directory (staticPodPath), absolute")
 	fs.StringVar(&cfg.RootDir, "root-dir", "", "the stand-in's own directory (logs, status.addr), absolute")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "node name: pod name suffix and part of the pod UID")
+	fs.StringVar(&cfg.CgroupParent, "cgroup-parent", "", "cgroup v2 directory to run each pod's containers in, as kubelet's cgroupfs driver names them (default: the stand-in's own cgroup)")
 	fs.StringVar(&cfg.NodeIP, "node-ip", "", "what status.hostIP fieldRefs resolve to (default 127.0.0.1)")
 	fs.StringVar(&cfg.ImageMapFile, "image-map", "", "image map file: image reference -> {binary, env, entrypoint}")
 	fs.StringVar(&cfg.StatusAddr, "status-addr", "", "status endpoint host:port (default 127.0.0.1:0)")

@@ -1,0 +1,145 @@
+// Package kubeletrules pins the static pod rules of the product's
+// kubeletpod.Check (kubeletpod/rules.go) on this module's real kubelet:
+// each case of kubeletpod/testdata/kubelet-rules goes through kubelet's own
+// file source (k8s.io/kubernetes/pkg/kubelet/config.NewSourceFile, as
+// kubelet wires it), and what kubelet does with it must be what the case's
+// first line says, the line kubeletpod's own test holds Check to. So a rule
+// of Check that kubelet does not follow fails here, on kubelet's code.
+//
+//	cd internal/harness/tools/kubelet && CGO_ENABLED=0 GOWORK=off go test -trimpath ./kubeletrules
+package kubeletrules
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
+	kubeletutil "k8s.io/kubernetes/pkg/kubelet/util"
+)
+
+// cases is the product's case directory, from this package's directory.
+const cases = "../../../../../kubeletpod/testdata/kubelet-rules"
+
+func TestKubeletRules(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(cases, "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no cases in %s: %v", cases, err)
+	}
+	t.Logf("kubelet's code of k8s.io/kubernetes %s", kubernetesVersion())
+	for _, p := range paths {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(b), "\n")
+			rest, ok := strings.CutPrefix(first, "# kubelet: ")
+			if !ok {
+				t.Fatalf("first line %q, want \"# kubelet: accepted|refused <resource>|dropped <field>\"", first)
+			}
+			verdict, what, _ := strings.Cut(rest, " ")
+			pod, err := read(p, 30*time.Second)
+			switch verdict {
+			case "accepted":
+				if err != nil {
+					t.Fatalf("kubelet refuses it: %v", err)
+				}
+			case "refused":
+				want := "static pods may not reference " + what
+				if err == nil || !strings.HasSuffix(err.Error(), want) {
+					t.Fatalf("kubelet: pod %v, error %v; want the error %q", pod != nil, err, want)
+				}
+				t.Logf("kubelet: %v", err)
+			case "dropped":
+				if err != nil {
+					t.Fatalf("kubelet refuses it (want it run without %s): %v", what, err)
+				}
+				field := what[strings.LastIndex(what, ".")+1:]
+				if !strings.Contains(string(b), field+":") {
+					t.Fatalf("the case does not spell the field %s", field)
+				}
+				j, err := json.Marshal(pod)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Contains(string(j), `"`+field+`"`) {
+					t.Fatalf("kubelet kept the field %s: %s", what, j)
+				}
+			default:
+				t.Fatalf("verdict %q, want accepted, refused or dropped", verdict)
+			}
+		})
+	}
+}
+
+// kubernetesVersion is the k8s.io/kubernetes this test is built with.
+func kubernetesVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "k8s.io/kubernetes" {
+				return d.Version
+			}
+		}
+	}
+	return "(unknown)"
+}
+
+// read starts kubelet's file source on the file at path and returns the
+// pod of its first update, or the first error the source logs, or an
+// error when neither came within timeout.
+func read(path string, timeout time.Duration) (*v1.Pod, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make(chan error, 1)
+	// kubelet 1.34's file source logs through klog's global logger.
+	klog.SetLogger(logr.New(errSink{errs}))
+	defer klog.ClearLogger()
+	cfg := config.NewPodConfig(config.PodConfigNotificationIncremental, &record.FakeRecorder{}, kubeletutil.NewPodStartupLatencyTracker())
+	config.NewSourceFile(path, types.NodeName("cp-1"), time.Hour, cfg.Channel(ctx, kubetypes.FileSource))
+	select {
+	case u := <-cfg.Updates():
+		if u.Op != kubetypes.ADD || len(u.Pods) != 1 {
+			return nil, fmt.Errorf("kubelet's file source sent op %v with %d pods first, want ADD of one", u.Op, len(u.Pods))
+		}
+		return u.Pods[0], nil
+	case err := <-errs:
+		return nil, err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("kubelet's file source sent no update within %s", timeout)
+	}
+}
+
+// errSink is the logger handed to the file source, which reports a
+// manifest it cannot read only by logging it: a logged error is the
+// refusal.
+type errSink struct{ errs chan<- error }
+
+func (errSink) Init(logr.RuntimeInfo)            {}
+func (errSink) Enabled(int) bool                 { return false }
+func (errSink) Info(int, string, ...any)         {}
+func (s errSink) WithValues(...any) logr.LogSink { return s }
+func (s errSink) WithName(string) logr.LogSink   { return s }
+
+func (s errSink) Error(err error, msg string, kv ...any) {
+	e := fmt.Errorf("%s %v", msg, kv)
+	if err != nil {
+		e = fmt.Errorf("%s %v: %w", msg, kv, err)
+	}
+	select {
+	case s.errs <- e:
+	default: // the first error is the one reported
+	}
+}
