@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/engine"
@@ -41,6 +42,10 @@ type clusterView struct {
 	// cs is nil without a kubeconfig: the node has no API server to tell.
 	cs     kubeapi.API
 	poster *kubeapi.Poster
+	// baseline makes the kubeadm-config mark when there is none, once, at
+	// the transaction's first event: a command refused before its
+	// transaction begins (a pre-flight refusal) writes nothing.
+	baseline func()
 }
 
 // openCluster is the API server of the node state j holds, through
@@ -49,20 +54,25 @@ type clusterView struct {
 // commits before this command owe nothing and this command's owes the
 // update whatever happens after it.
 func (g *globals) openCluster(j *journal.Journal) *clusterView {
+	baseline := func() {}
 	if last, err := lastChange(j); err != nil {
 		g.log.Warn("the kubeadm-config update owed is not known; the transaction is unaffected", "err", err)
-	} else if err := kubeapi.Baseline(g.stateDir, last); err != nil {
-		g.log.Warn("the kubeadm-config mark is not written; the transaction is unaffected", "err", err)
+	} else {
+		baseline = sync.OnceFunc(func() {
+			if err := kubeapi.Baseline(g.stateDir, last); err != nil {
+				g.log.Warn("the kubeadm-config mark is not written; the transaction is unaffected", "err", err)
+			}
+		})
 	}
 	if g.api.noEvents && g.api.noKubeadmConfig {
-		return &clusterView{g: g, j: j}
+		return &clusterView{g: g, j: j, baseline: baseline}
 	}
 	st, err := j.NodeState()
 	if err != nil || st == nil {
-		return &clusterView{g: g, j: j} // no node state yet (init): nothing to name the node by
+		return &clusterView{g: g, j: j, baseline: baseline} // no node state yet (init): nothing to name the node by
 	}
 	v := g.clusterOf(st)
-	v.j = j
+	v.j, v.baseline = j, baseline
 	return v
 }
 
@@ -127,6 +137,9 @@ func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 // event posts the engine's events an operator looks for on the Node: a
 // transaction's begin, each component replaced or restored, its end.
 func (v *clusterView) event(ev engine.Event) {
+	if ev.Txn != "" && v.baseline != nil {
+		v.baseline()
+	}
 	if v.poster == nil {
 		return
 	}

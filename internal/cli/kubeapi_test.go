@@ -132,7 +132,12 @@ func TestClusterViewOwesVersionChangesOnly(t *testing.T) {
 	etcd := st.Clone()
 	etcd.Images[nodestate.Etcd] = "registry.k8s.io/etcd:3.5.36-0"
 	before := commitTestTxn(t, j, st, etcd) // made before the mark: owes nothing
-	g.openCluster(j)
+	cv := g.openCluster(j)
+	// No transaction began yet (a pre-flight refusal ends here): no mark.
+	if m, err := kubeapi.LoadMark(dir); err != nil || m != nil {
+		t.Fatalf("mark before the transaction began: %+v, %v; want none", m, err)
+	}
+	cv.event(engine.Event{Txn: "20261205T040000Z-0001", Step: "begin"})
 	if last, _ := lastChange(j); last == nil || last.Txn != before {
 		t.Fatalf("last change %+v, want %s", last, before)
 	}
