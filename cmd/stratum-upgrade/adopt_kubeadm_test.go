@@ -15,13 +15,13 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeadmcluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
-	"sigs.k8s.io/yaml"
 )
 
 // TestAdoptKubeadmOnTestBed is issue 15's criterion on the test bed: for
@@ -216,7 +216,11 @@ func adoptOnTestBed(t *testing.T, fixture, version, to string) {
 		// kubeadm's configuration, moved as its manifests were, so the
 		// cross-check agrees.
 		cfg := filepath.Join(root, "kubeadm.yaml")
-		if err := os.WriteFile(cfg, []byte(pinMoved(t, move(string(b)), root, orig, ports)), 0o600); err != nil {
+		pinned, err := kubeadmcluster.PinMoved(move(string(b)), root+orig.PKIDir, root+orig.Etcd.DataDir, ports.APIServer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg, []byte(pinned), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		args = append(args, "--kubeadm-config="+cfg)
@@ -308,49 +312,6 @@ func moveKubeadm(root, advertise string, st *nodestate.NodeState, ports nodestat
 			return m
 		})
 	}
-}
-
-// pinMoved writes into a kubeadm configuration the fields the test bed moved
-// that it leaves to kubeadm's defaults (certificatesDir, etcd's dataDir,
-// the API server's bindPort): the cross-check compares the manifests with
-// kubeadm's defaults where a field is unset, and the moved node no longer
-// runs them. A path the configuration sets was moved by move already; a
-// bindPort was not (move rewrites ports in URLs and flags only).
-func pinMoved(t *testing.T, cfg, root string, orig *nodestate.NodeState, ports nodestate.Ports) string {
-	t.Helper()
-	var docs []string
-	for _, doc := range strings.Split(cfg, "\n---\n") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("kubeadm configuration: %v", err)
-		}
-		sub := func(parent map[string]any, key string) map[string]any {
-			if c, ok := parent[key].(map[string]any); ok {
-				return c
-			}
-			c := map[string]any{}
-			parent[key] = c
-			return c
-		}
-		setDefault := func(parent map[string]any, key string, v any) {
-			if _, ok := parent[key]; !ok {
-				parent[key] = v
-			}
-		}
-		switch m["kind"] {
-		case "InitConfiguration", "JoinConfiguration":
-			sub(m, "localAPIEndpoint")["bindPort"] = ports.APIServer // set or not, move leaves it
-		case "ClusterConfiguration":
-			setDefault(m, "certificatesDir", root+orig.PKIDir)
-			setDefault(sub(sub(m, "etcd"), "local"), "dataDir", root+orig.Etcd.DataDir)
-		}
-		b, err := yaml.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, string(b))
-	}
-	return strings.Join(docs, "---\n")
 }
 
 // processes is every component's one process on the node, by component.

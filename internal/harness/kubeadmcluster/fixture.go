@@ -162,7 +162,9 @@ type Address struct {
 //   - kube-apiserver gets --endpoint-reconciler-type=none, as kubeadm
 //     writes an apiServer extraArg (after the sorted flags): v1.37 refuses
 //     to reconcile a loopback advertise address, as testbed.Options.Real
-//     says.
+//     says;
+//   - kubeadm's configuration says where the moved node runs what it
+//     leaves to kubeadm's defaults (PinMoved).
 //
 // It fails when anything of kubeadm's address space is left.
 func Move(k *Kubeadm, p Placement) (*Kubeadm, error) {
@@ -192,7 +194,11 @@ func Move(k *Kubeadm, p Placement) (*Kubeadm, error) {
 		pairs = append(pairs, "="+d, "="+p.Root+d, ": "+d, ": "+p.Root+d)
 	}
 	mv := strings.NewReplacer(pairs...)
-	out := &Kubeadm{Manifests: map[string]string{}, Config: mv.Replace(k.Config)}
+	cfg, err := PinMoved(mv.Replace(k.Config), p.Root+"/etc/kubernetes/pki", p.Root+"/var/lib/etcd", self.Ports.APIServer)
+	if err != nil {
+		return nil, fmt.Errorf("kubeadm move: %w", err)
+	}
+	out := &Kubeadm{Manifests: map[string]string{}, Config: cfg}
 	for f, s := range k.Manifests {
 		s = mv.Replace(s)
 		var err error
