@@ -32,7 +32,12 @@ func (n *Node) startKubelet(bin string, opts Options) error {
 		}
 		return v.String()
 	}
-	if n.CgroupParent == "" && n.cmd == nil {
+	// A node in a network namespace of its own (Options.NetNSNode) gets no
+	// cgroup parent: `ip netns exec` mounts a sysfs of its own, without the
+	// cgroup filesystem, so its stand-in could make no pod cgroup and would
+	// start no container. Its processes are identified by name within its
+	// --proc-scope, as on a machine without kubelet's cgroups.
+	if n.CgroupParent == "" && n.cmd == nil && n.netns == nil {
 		n.CgroupParent = n.makeCgroupParent()
 	}
 	args := []string{
