@@ -3,10 +3,8 @@ package engine
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
-	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -21,17 +19,7 @@ const etcdNeverPulled = "registry.k8s.io/etcd:3.7.4-0"
 // rollback-failed with its member down), every member answers at the end
 // and node-3's serves 3.6 again; no acknowledged write is lost.
 func TestHAEtcdOldBackWhenTheLastMembersNewEtcdNeverStarts(t *testing.T) {
-	c, fs := haCluster(t)
-	l := haload.Start(t, c)
-	for _, f := range fs[:2] {
-		if res, err := f.e.Run(t.Context(), haRelease(f.node.State, "", ""), nil); err != nil {
-			t.Fatalf("%s: %+v %v", f.node.State.NodeName, res, err)
-		}
-	}
-	last := fs[2]
-	dl := testDeadlines
-	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
-	last.e = last.engine(last.node.Scanner, dl)
+	_, fs, l, last := lastOfThree(t)
 	before := last.manifests()
 	rel := haRelease(last.node.State, "", "")
 	rel.Images[nodestate.Etcd] = etcdNeverPulled

@@ -269,17 +269,7 @@ func TestHAGateRefusesWithoutQuorumMargin(t *testing.T) {
 // rollback-failed with nothing restored, every member serves, etcd 3.7 on
 // all three, and the rollout halts.
 func TestHAEtcdPointOfNoReturn(t *testing.T) {
-	c, fs := haCluster(t)
-	l := haload.Start(t, c)
-	for _, f := range fs[:2] {
-		if res, err := f.e.Run(t.Context(), haRelease(f.node.State, "", ""), nil); err != nil {
-			t.Fatalf("%s: %+v %v", f.node.State.NodeName, res, err)
-		}
-	}
-	last := fs[2]
-	dl := testDeadlines
-	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
-	last.e = last.engine(last.node.Scanner, dl)
+	_, fs, l, last := lastOfThree(t)
 	res, err := last.e.Run(t.Context(), haRelease(last.node.State, nodestate.Scheduler, standin.ModeNeverListen), nil)
 	if res.Outcome != RollbackFailed || !errors.Is(err, ErrRollbackFailed) || !strings.Contains(res.Reason, "cluster version") {
 		t.Fatalf("node-3: %+v %v, want rollback-failed at etcd's point of no return", res, err)
@@ -366,4 +356,23 @@ func TestHAResumeRecordsALostEnd(t *testing.T) {
 	if res3, err := fs[0].e.Resume(t.Context()); err != nil || res3.Outcome != Nothing || res3.Txn != "" {
 		t.Fatalf("second resume: %+v %v, want nothing at all", res3, err)
 	}
+}
+
+// lastOfThree is a three-node cluster under load whose first two nodes
+// upgraded to etcd 3.7 (haRelease), and its last node, not yet upgraded,
+// with deadlines short enough for a new etcd that never starts.
+func lastOfThree(t *testing.T) (*testbed.Cluster, []*fixture, *haload.Load, *fixture) {
+	t.Helper()
+	c, fs := haCluster(t)
+	l := haload.Start(t, c)
+	for _, f := range fs[:2] {
+		if res, err := f.e.Run(t.Context(), haRelease(f.node.State, "", ""), nil); err != nil {
+			t.Fatalf("%s: %+v %v", f.node.State.NodeName, res, err)
+		}
+	}
+	last := fs[2]
+	dl := testDeadlines
+	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
+	last.e = last.engine(last.node.Scanner, dl)
+	return c, fs, l, last
 }

@@ -116,16 +116,7 @@ func TestTopologyUnknownRefuses(t *testing.T) {
 // back, resume commits.
 func TestResumedEtcdStepPassesTheGate(t *testing.T) {
 	c := etcdcluster.Start(t, 3, "3.6")
-	n := newMemNode(t)
-	n.st.Etcd.MemberName = c.Members[0].Name
-	n.st.Etcd.InitialCluster = n.st.Etcd.MemberName + "=https://" + n.st.AdvertiseAddress + ":2380"
-	if _, err := n.store.WriteAll(n.st); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.j.PutNodeState(n.st); err != nil {
-		t.Fatal(err)
-	}
-	reach(n, c.Members[0])
+	n := memberNode(t, c)
 	n.before = n.manifests()
 	fired := false
 	if _, died := survive(func() error {
@@ -168,16 +159,7 @@ func TestResumedEtcdStepPassesTheGate(t *testing.T) {
 // before etcd's manifest is touched, and the stop rolls back.
 func TestStopOfEtcdPassesTheGate(t *testing.T) {
 	c := etcdcluster.Start(t, 3, "3.6")
-	n := newMemNode(t)
-	n.st.Etcd.MemberName = c.Members[0].Name
-	n.st.Etcd.InitialCluster = n.st.Etcd.MemberName + "=https://" + n.st.AdvertiseAddress + ":2380"
-	if _, err := n.store.WriteAll(n.st); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.j.PutNodeState(n.st); err != nil {
-		t.Fatal(err)
-	}
-	reach(n, c.Members[0])
+	n := memberNode(t, c)
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -257,4 +239,21 @@ func TestTopologyUnknownStopRefusesAsUnknown(t *testing.T) {
 	if open, _ := n.j.OpenTxn(); open != nil {
 		t.Fatalf("transaction %s left open", open.ID)
 	}
+}
+
+// memberNode is a node of the memory model whose etcd is c's first
+// member, its manifests written and its state journaled.
+func memberNode(t *testing.T, c *etcdcluster.Cluster) *memNode {
+	t.Helper()
+	n := newMemNode(t)
+	n.st.Etcd.MemberName = c.Members[0].Name
+	n.st.Etcd.InitialCluster = n.st.Etcd.MemberName + "=https://" + n.st.AdvertiseAddress + ":2380"
+	if _, err := n.store.WriteAll(n.st); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.j.PutNodeState(n.st); err != nil {
+		t.Fatal(err)
+	}
+	reach(n, c.Members[0])
+	return n
 }

@@ -67,9 +67,11 @@ func (e *Engine) verify(ctx context.Context, r *run) error {
 		return fmt.Errorf("%w: %v", errFatalJournal, err)
 	}
 	r.txn.Phase = journal.PhaseCommitted
+	// Right after the journal's commit, before anything is told of it: what
+	// a commit owes (the kubeadm-config update) must survive a crash here.
+	e.hit(fault.AfterCommit)
 	e.event(r.txn.ID, journal.PhaseCommitted, "commit", "", "", "committed: node state is now "+r.to.KubernetesVersion)
 	e.ended(r, Committed, "")
-	e.hit(fault.AfterCommit)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ciq/stratum-upgrade/adopt"
+	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
@@ -70,13 +71,42 @@ func TestAdoptKubeadmOnTestBed(t *testing.T) {
 					// adopt.TestKubeadmFixturesAdoptWithoutRestart's.
 					t.Skip("a member of a three-node etcd cluster: no single-node test bed runs it")
 				}
-				adoptOnTestBed(t, filepath.Join(repo, "testdata", "kubeadm", version, config), version)
+				adoptOnTestBed(t, filepath.Join(repo, "testdata", "kubeadm", version, config), version, "")
 			})
 		}
 	}
 }
 
-func adoptOnTestBed(t *testing.T, fixture, version string) {
+// TestAdoptKubeadmUpgradesToNextMinorOnTestBed: each kubeadm configuration
+// of v1.35 adopted on the test bed with every component kept running
+// (init --from-kubeadm --yes), then upgraded by version to the next minor,
+// v1.36.3 (`run --to v1.36.3`, the release kubeadm's etcd pairing makes),
+// commits, every component replaced. v1.35 -> v1.36 has no
+// EtcdMinimumPatch refusal; the other minors' adoption is
+// TestAdoptKubeadmOnTestBed's, their next minor's render
+// adopt.TestAdoptedFixturesUpgradeToNextMinor's.
+func TestAdoptKubeadmUpgradesToNextMinorOnTestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("brings up test bed nodes")
+	}
+	t.Parallel()
+	repo, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, config := range []string{"defaults", "extra-args", "custom-paths"} {
+		// "joined": a member of a three-node etcd cluster, as above.
+		t.Run("v1.35.4/"+config, func(t *testing.T) {
+			adoptOnTestBed(t, filepath.Join(repo, "testdata", "kubeadm", "v1.35.4", config), "v1.35.4", "v1.36.3")
+		})
+	}
+}
+
+// adoptOnTestBed brings kubeadm's manifests of fixture (made by kubeadm
+// version) up on a test bed node, adopts them with every component kept
+// running, then upgrades: to the next patch through a release file when
+// to is "", else by version (run --to to).
+func adoptOnTestBed(t *testing.T, fixture, version, to string) {
 	testbed.HoldPorts(t, 5*time.Minute, 10257, 10259)
 	// What kubeadm's manifests say where they are: their directories and
 	// ports (Derive reads no file).
@@ -121,8 +151,29 @@ func adoptOnTestBed(t *testing.T, fixture, version string) {
 		images[ref] = kubeletsim.Image{Binary: n.StandinBinary(comp), Env: map[string]string{standin.EnvEvents: n.EventsFile}}
 	}
 	next := nextPatch(t, version)
+	upImages := map[string]string{}
 	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
-		images[testbed.Repos[comp]+":"+next] = kubeletsim.Image{Binary: n.StandinBinary(comp), Env: map[string]string{standin.EnvEvents: n.EventsFile}}
+		upImages[comp] = testbed.Repos[comp] + ":" + next
+	}
+	if to != "" {
+		next = to
+		rel, err := engine.ReleaseForVersion(orig, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upImages = rel.Images
+	}
+	for comp, ref := range upImages {
+		if comp == nodestate.Etcd {
+			minor := strings.Join(strings.SplitN(strings.TrimPrefix(ref[strings.LastIndex(ref, ":")+1:], "v"), ".", 3)[:2], ".")
+			bin, err := etcdbuild.Binary(minor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			images[ref] = kubeletsim.Image{Binary: bin}
+			continue
+		}
+		images[ref] = kubeletsim.Image{Binary: n.StandinBinary(comp), Env: map[string]string{standin.EnvEvents: n.EventsFile}}
 	}
 	for ref, img := range images {
 		if err := n.MapImage(ref, img); err != nil {
@@ -199,21 +250,27 @@ func adoptOnTestBed(t *testing.T, fixture, version string) {
 	}
 
 	// A later run upgrades it.
-	rel := filepath.Join(root, "next.yaml")
-	doc := fmt.Sprintf("apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: %s\nimages:\n", next)
-	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
-		doc += fmt.Sprintf("  %s: %s:%s\n", comp, testbed.Repos[comp], next)
+	target := next
+	if to == "" {
+		target = filepath.Join(root, "next.yaml")
+		doc := fmt.Sprintf("apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: %s\nimages:\n", next)
+		for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+			doc += fmt.Sprintf("  %s: %s\n", comp, upImages[comp])
+		}
+		if err := os.WriteFile(target, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(rel, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out = c.want(cli.ExitOK, "run", "--to="+rel)
+	out = c.want(cli.ExitOK, "run", "--to="+target)
 	contains(t, "run output", out, "committed: node state is now "+next)
 	contains(t, "manifest", readFile(t, filepath.Join(n.ManifestDir, "kube-scheduler.yaml")), "image: registry.k8s.io/kube-scheduler:"+next+"\n")
 	upgraded := processes(t, n)
 	for comp, p := range before {
-		if replaced := upgraded[comp] != p; replaced != (comp != nodestate.Etcd) {
-			t.Errorf("%s after the run: process %v, before %v: replaced %v, want %v", comp, upgraded[comp], p, replaced, comp != nodestate.Etcd)
+		// etcd is replaced only when the upgrade changes its image.
+		etcdChanges := upImages[nodestate.Etcd] != "" && upImages[nodestate.Etcd] != orig.Images[nodestate.Etcd]
+		want := comp != nodestate.Etcd || etcdChanges
+		if replaced := upgraded[comp] != p; replaced != want {
+			t.Errorf("%s after the run: process %v, before %v: replaced %v, want %v", comp, upgraded[comp], p, replaced, want)
 		}
 	}
 }

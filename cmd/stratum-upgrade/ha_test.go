@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,30 +35,12 @@ type bg struct {
 	node, action string
 }
 
-// start runs stratum-upgrade args against c's node without waiting.
+// start runs stratum-upgrade args against c's node without waiting, with
+// the test bed's transaction flags.
 func (c *cliNode) start(args ...string) *bg {
 	c.t.Helper()
-	argv := append([]string{
-		"--manifest-dir=" + c.node.ManifestDir, "--state-dir=" + c.stateDir, "--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
-	}, args...)
-	argv = append(argv, "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s")
-	b := &bg{cmd: c.node.Command("stratum-upgrade", argv...), done: make(chan struct{}), node: c.node.State.NodeName, action: strings.Join(args, " ")}
-	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
-	if err := b.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	go func() {
-		err := b.cmd.Wait()
-		b.code = b.cmd.ProcessState.ExitCode()
-		if err != nil && b.code == 0 {
-			b.code = -1
-		}
-		close(b.done)
-	}()
-	c.t.Cleanup(func() {
-		b.cmd.Process.Kill()
-		<-b.done
-	})
+	b := c.startFlags(append(slices.Clone(args), "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s")...)
+	b.action = strings.Join(args, " ")
 	return b
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/journal"
 )
 
@@ -75,6 +76,12 @@ func holdJournal() {
 }
 
 func TestScripts(t *testing.T) {
+	// The scripts' nodes have kube-controller-manager and kube-scheduler
+	// on kubeadm's ports, 10257 and 10259, and expect nothing to answer
+	// there (status: ACTIVE no). The test bed tests that bind them hold
+	// them (TestAdoptKubeadmOnTestBed, also from another go test
+	// process); so do the scripts, while they run.
+	testbed.HoldPorts(t, 5*time.Minute, 10257, 10259)
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

@@ -113,8 +113,8 @@ func TestRealKubeAPI(t *testing.T) {
 	checkAnnotations(t, cs, n.State.NodeName, txn1, "committed", to)
 	data := kubeadmConfig(t, cs)
 	checkClusterConfiguration(t, data, cc, to, etcd)
-	if _, err := os.Stat(filepath.Join(c.stateDir, kubeapi.PendingFile)); err == nil {
-		t.Errorf("the update's record is left after it was done")
+	if m, err := kubeapi.LoadMark(c.stateDir); err != nil || m == nil || m.Txn != txn1 {
+		t.Errorf("the kubeadm-config mark after the update: %+v %v, want %s", m, err, txn1)
 	}
 
 	// 2. Both flags off: the upgrade undone (a commit back to the old
@@ -138,8 +138,8 @@ func TestRealKubeAPI(t *testing.T) {
 	if got := clusterConfigurationOf(t, kubeadmConfig(t, cs)); got["kubernetesVersion"] != to {
 		t.Errorf("--no-kubeadm-config: kubernetesVersion %v, want left at %s", got["kubernetesVersion"], to)
 	}
-	if p, _ := kubeapi.LoadPending(c.stateDir); p != nil {
-		t.Errorf("--no-kubeadm-config: an update %+v is recorded", p)
+	if m, _ := kubeapi.LoadMark(c.stateDir); m == nil || m.Txn != lastTxn(t, c) {
+		t.Errorf("--no-kubeadm-config: the mark %+v does not name the commit: a later command would update kubeadm-config", m)
 	}
 
 	// 3. The API server does not answer: the update is recorded; the next
@@ -152,17 +152,16 @@ func TestRealKubeAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.want(cli.ExitOK, append([]string{"run", "--to=" + rel, "--kubeconfig=" + down}, slow...)...)
-	p, err := kubeapi.LoadPending(c.stateDir)
-	if err != nil || p == nil || p.Versions.KubernetesVersion != to {
-		t.Fatalf("after a commit with the API server down, the record is %+v %v", p, err)
+	if m, err := kubeapi.LoadMark(c.stateDir); err != nil || m == nil || m.Txn == lastTxn(t, c) {
+		t.Fatalf("after a commit with the API server down, the mark is %+v %v: the update is not owed", m, err)
 	}
 	if got := clusterConfigurationOf(t, kubeadmConfig(t, cs)); got["kubernetesVersion"] != from {
 		t.Errorf("kubernetesVersion %v with the API server down, want still %s", got["kubernetesVersion"], from)
 	}
 	c.want(cli.ExitOK, "resume")
 	checkClusterConfiguration(t, kubeadmConfig(t, cs), cc, to, etcd)
-	if p, _ := kubeapi.LoadPending(c.stateDir); p != nil {
-		t.Errorf("the record %+v stays after resume did the update", p)
+	if m, _ := kubeapi.LoadMark(c.stateDir); m == nil || m.Versions.KubernetesVersion != to {
+		t.Errorf("the mark %+v after resume did the update", m)
 	}
 
 	// 4. A rollback: its Events and the annotations. The new scheduler

@@ -31,13 +31,18 @@ type commandConventions struct {
 	// exits are the exit codes the command can return.
 	exits []int
 	// required is the flag the command cannot run without and its
-	// placeholder; argFlag the flag a positional argument belongs to. or
-	// is a flag that may be given instead of required.
-	required, placeholder, or string
+	// placeholder; argFlag the flag a positional argument belongs to where
+	// no flag is required. or is a flag that may be given instead of
+	// required. what names the flag's value in those messages ("release
+	// file (YAML, kind Release)"); the flag's usage when empty.
+	required, argFlag, placeholder, or, what string
 	// noArgs: the command takes no positional argument.
 	noArgs  bool
 	example string
 }
+
+// toValue names --to's value in plan's and run's messages about it.
+const toValue = "Kubernetes version (v1.36.3) or the release file (YAML, kind Release) to upgrade to"
 
 var conventionsOf = map[string]commandConventions{
 	"init": {group: "setup", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "state", placeholder: "FILE", or: "from-kubeadm", example: `  # Import the node state and render every manifest (once per node).
@@ -49,7 +54,7 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade init --force --state /etc/stratum/node.yaml --manifest-dir /srv/manifests`},
 	"render": {group: "setup", noArgs: true, txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # Put every manifest back as the node state renders it (hand edits are overwritten).
   stratum-upgrade render`},
-	"plan": {group: "upgrade", noArgs: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Show the upgrades available (as kubeadm upgrade plan), then what one would change.
+	"plan": {group: "upgrade", argFlag: "to", placeholder: "VERSION|RELEASE", what: toValue, exits: []int{ExitOK, ExitError, ExitUsage, ExitBusy}, example: `  # Show the upgrades available (as kubeadm upgrade plan), then what one would change.
   stratum-upgrade plan
   stratum-upgrade plan --to v1.36.3
   # The same for a release file, which pins the images it names; nothing is written.
@@ -57,7 +62,7 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade plan --to release-v1.34.5.yaml --ignore-preflight-errors=EtcdHealth
   # Show what a new node state would change (an extra arg, the cis profile).
   stratum-upgrade plan --state /etc/stratum/node.yaml`},
-	"run": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "to", placeholder: "VERSION|RELEASE", example: `  # Upgrade the node to a Kubernetes version (etcd to kubeadm's pairing); any failure rolls it back.
+	"run": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "to", placeholder: "VERSION|RELEASE", what: toValue, example: `  # Upgrade the node to a Kubernetes version (etcd to kubeadm's pairing); any failure rolls it back.
   stratum-upgrade run --to v1.36.3
   # Upgrade to a release file, which pins the images it names.
   stratum-upgrade run --to release-v1.34.5.yaml
@@ -150,7 +155,9 @@ func (g *globals) conventions(root *cobra.Command) {
 		}
 		switch {
 		case cc.required != "":
-			g.requireFlag(cmd, cc.required, cc.placeholder, cc.or)
+			g.requireFlag(cmd, cc)
+		case cc.argFlag != "":
+			cmd.Args = g.argsOfFlag(cc.argFlag, cc.placeholder, cc.valueName(cmd, cc.argFlag))
 		case cc.noArgs:
 			cmd.Args = noArgs
 		}
@@ -172,14 +179,20 @@ func find(root *cobra.Command, name string) *cobra.Command {
 	panic("no command " + name)
 }
 
-// requireFlag makes flag (e.g. --to RELEASE) required, with one message
-// for every command ("run: --to RELEASE is required"), and a positional
-// argument a mistake that names the flag it belongs to. With or set, that
-// flag given instead satisfies the requirement.
-func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder, or string) {
+// valueName is what the messages about flag call its value: cc.what, else
+// the flag's usage.
+func (cc commandConventions) valueName(cmd *cobra.Command, flag string) string {
+	if cc.what != "" {
+		return cc.what
+	}
+	return cmd.Flags().Lookup(flag).Usage
+}
+
+// argsOfFlag makes a positional argument a mistake that names the flag
+// (e.g. --to RELEASE) it belongs to and the command to run instead.
+func (g *globals) argsOfFlag(flag, placeholder, what string) cobra.PositionalArgs {
 	usageText := fmt.Sprintf("--%s %s", flag, placeholder)
-	what := cmd.Flags().Lookup(flag).Usage
-	cmd.Args = func(cmd *cobra.Command, args []string) error {
+	return func(cmd *cobra.Command, args []string) error {
 		switch len(args) {
 		case 0:
 			return nil
@@ -188,6 +201,17 @@ func (g *globals) requireFlag(cmd *cobra.Command, flag, placeholder, or string) 
 		}
 		return cmdLineErrorf("%s takes no arguments (got %s); the %s is given with %s", cmd.Name(), strings.Join(args, " "), what, usageText)
 	}
+}
+
+// requireFlag makes cc.required (e.g. --to RELEASE) required, with one
+// message for every command ("run: --to RELEASE is required"), and a
+// positional argument a mistake that names the flag it belongs to. With
+// cc.or set, that flag given instead satisfies the requirement.
+func (g *globals) requireFlag(cmd *cobra.Command, cc commandConventions) {
+	flag, or := cc.required, cc.or
+	usageText := fmt.Sprintf("--%s %s", flag, cc.placeholder)
+	what := cc.valueName(cmd, flag)
+	cmd.Args = g.argsOfFlag(flag, cc.placeholder, what)
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if v, _ := cmd.Flags().GetString(flag); v != "" {
 			return nil

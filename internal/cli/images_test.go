@@ -2,14 +2,17 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/cri-client/pkg/fake"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -141,4 +144,29 @@ func TestImagesListRelease(t *testing.T) {
 			t.Errorf("%s's image at v1.34.5: %s, want %s", comp, got[i], want)
 		}
 	}
+}
+
+// restart, stop and start take the container-runtime flags of run and
+// apply: with --require-cri and no runtime at --cri-socket, a restart is
+// refused before anything is written, and stop and start accept them.
+func TestImagesFlagsOnRestartStopStart(t *testing.T) {
+	n := newJSONNode(t)
+	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
+	// No etcd runs here: the member count a healthy single-member etcd
+	// would have given is kept, as the engine keeps it.
+	if err := cluster.SaveMembers(filepath.Join(n.states, cluster.MembersFile), cluster.Members{Count: 1, At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	absent := "unix://" + filepath.Join(t.TempDir(), "absent.sock")
+	before := dirFiles(t, n.manifests)
+	out := n.su(ExitError, "run.json", "restart", "kube-scheduler", "--require-cri", "--cri-socket", absent)
+	errLine, _ := out[len(out)-1]["error"].(map[string]any)
+	if msg, _ := errLine["message"].(string); !strings.Contains(msg, "no container runtime answers and one is required") {
+		t.Fatalf("restart --require-cri without a runtime: %v; want the pre-flight's refusal", out[len(out)-1])
+	}
+	if after := dirFiles(t, n.manifests); !maps.Equal(before, after) {
+		t.Errorf("a refused restart changed the manifest directory")
+	}
+	n.su(ExitOK, "dry-run.json", "stop", "--dry-run", "kube-scheduler", "--require-cri", "--cri-socket", absent, "--image-pull-timeout", "1m")
+	n.su(ExitOK, "dry-run.json", "start", "--dry-run", "--all", "--require-cri", "--cri-socket", absent, "--image-pull-timeout", "1m")
 }

@@ -8,7 +8,9 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/ciq/stratum-upgrade/engine"
@@ -34,22 +36,76 @@ const (
 // clusterView is the API server as one transaction command sees it.
 type clusterView struct {
 	g *globals
+	// j is the journal the owed kubeadm-config update is derived from
+	// (nil: none owed).
+	j *journal.Journal
 	// cs is nil without a kubeconfig: the node has no API server to tell.
 	cs     kubeapi.API
 	poster *kubeapi.Poster
+	// baseline makes the kubeadm-config mark when there is none, once, at
+	// the transaction's first event: a command refused before its
+	// transaction begins (a pre-flight refusal) writes nothing.
+	baseline func()
 }
 
 // openCluster is the API server of the node state j holds, through
 // --kubeconfig or <kubeconfigDir>/admin.conf. Nothing is sent yet.
+// The kubeadm-config mark is made first when there is none, so that the
+// commits before this command owe nothing and this command's owes the
+// update whatever happens after it.
 func (g *globals) openCluster(j *journal.Journal) *clusterView {
+	baseline := func() {}
+	if last, err := lastChange(j); err != nil {
+		g.log.Warn("the kubeadm-config update owed is not known; the transaction is unaffected", "err", err)
+	} else {
+		baseline = sync.OnceFunc(func() {
+			if err := kubeapi.Baseline(g.stateDir, last); err != nil {
+				g.log.Warn("the kubeadm-config mark is not written; the transaction is unaffected", "err", err)
+			}
+		})
+	}
 	if g.api.noEvents && g.api.noKubeadmConfig {
-		return &clusterView{g: g}
+		return &clusterView{g: g, j: j, baseline: baseline}
 	}
 	st, err := j.NodeState()
 	if err != nil || st == nil {
-		return &clusterView{g: g} // no node state yet (init): nothing to name the node by
+		return &clusterView{g: g, j: j, baseline: baseline} // no node state yet (init): nothing to name the node by
 	}
-	return g.clusterOf(st)
+	v := g.clusterOf(st)
+	v.j, v.baseline = j, baseline
+	return v
+}
+
+// lastChange is the journal's last committed transaction that changed
+// the versions kubeadm's ClusterConfiguration says (nil: none). A commit
+// that left them (a restart, an extra arg) owes nothing: on a node of a
+// multi-member cluster not yet upgraded it would set the cluster's
+// configuration back to this node's older versions.
+func lastChange(j *journal.Journal) (*kubeapi.Change, error) {
+	if j == nil {
+		return nil, nil
+	}
+	hist, err := j.History(0)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range hist {
+		if t.Phase != journal.PhaseCommitted || len(t.From) == 0 || len(t.To) == 0 {
+			continue
+		}
+		from, err := nodestate.Parse(t.From)
+		if err != nil {
+			return nil, fmt.Errorf("transaction %s: node state before: %w", t.ID, err)
+		}
+		to, err := nodestate.Parse(t.To)
+		if err != nil {
+			return nil, fmt.Errorf("transaction %s: node state after: %w", t.ID, err)
+		}
+		if now := clusterVersions(to); now != clusterVersions(from) {
+			return &kubeapi.Change{Txn: t.ID, Versions: now}, nil
+		}
+	}
+	return nil, nil
 }
 
 // clusterOf is openCluster for the node state st.
@@ -81,6 +137,9 @@ func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 // event posts the engine's events an operator looks for on the Node: a
 // transaction's begin, each component replaced or restored, its end.
 func (v *clusterView) event(ev engine.Event) {
+	if ev.Txn != "" && v.baseline != nil {
+		v.baseline()
+	}
 	if v.poster == nil {
 		return
 	}
@@ -116,12 +175,11 @@ func eventReason(ev engine.Event) (string, bool) {
 	return "", false
 }
 
-// ended keeps the outcome in the Node's annotations and, after a commit
-// that changed the versions, records the kubeadm-config update it owes
-// (done by finish, or by a later command when the API server does not
-// answer now). A commit that left them (a restart, an extra arg) owes
-// nothing: on a node of a multi-member cluster not yet upgraded it would
-// set the cluster's configuration back to this node's older versions.
+// ended keeps the outcome in the Node's annotations. The kubeadm-config
+// update a commit that changed the versions owes is the journal's to say
+// (lastChange): finish, or a later command when the API server does not
+// answer now or this one crashed, does it. With --no-kubeadm-config the
+// commit is marked as owing nothing.
 func (v *clusterView) ended(end engine.End) {
 	if v.poster != nil {
 		release := ""
@@ -130,11 +188,20 @@ func (v *clusterView) ended(end engine.End) {
 		}
 		v.poster.Annotate(kubeapi.Outcome{Txn: end.Txn, Outcome: string(end.Outcome), Release: release})
 	}
-	if end.Outcome != engine.Committed || v.cs == nil || v.g.api.noKubeadmConfig || end.State == nil || end.From == nil {
+	if end.Outcome != engine.Committed || end.State == nil || end.From == nil {
 		return
 	}
 	now := clusterVersions(end.State)
 	if now == clusterVersions(end.From) {
+		return
+	}
+	if v.g.api.noKubeadmConfig {
+		if err := kubeapi.SaveMark(v.g.stateDir, kubeapi.Mark{Change: kubeapi.Change{Txn: end.Txn, Versions: now}, At: time.Now()}); err != nil {
+			v.g.log.Warn("kubeadm-config mark not written: a later command without --no-kubeadm-config updates kubeadm-config", "txn", end.Txn, "err", err)
+		}
+		return
+	}
+	if v.cs == nil {
 		return
 	}
 	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
@@ -142,10 +209,6 @@ func (v *clusterView) ended(end engine.End) {
 		if img := end.State.Image(comp); err == nil && img != want {
 			v.g.log.Warn("kubeadm-config cannot say this node's image: kubeadm would run another from its ClusterConfiguration", "component", comp, "image", img, "kubeadm", want)
 		}
-	}
-	p := kubeapi.Pending{Txn: end.Txn, Versions: now, Recorded: time.Now()}
-	if err := kubeapi.SavePending(v.g.stateDir, p); err != nil {
-		v.g.log.Warn("the kubeadm-config update after this commit is not recorded; the transaction is unaffected", "txn", end.Txn, "err", err)
 	}
 }
 
@@ -160,17 +223,25 @@ func (v *clusterView) finish() {
 	if v.cs == nil || v.g.api.noKubeadmConfig {
 		return
 	}
+	last, err := lastChange(v.j)
+	if err != nil {
+		v.g.log.Warn("the kubeadm-config update owed is not known; the transaction is unaffected", "err", err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), kubeadmConfigWait)
 	defer cancel()
-	done, ed, err := kubeapi.Sync(ctx, v.cs, v.g.stateDir)
-	record := filepath.Join(v.g.stateDir, kubeapi.PendingFile)
+	done, ed, err := kubeapi.Sync(ctx, v.cs, v.g.stateDir, last)
 	switch done {
 	case kubeapi.Updated:
-		v.g.log.Info("kubeadm-config's ClusterConfiguration holds the versions the node runs", "changed", ed.Changed)
+		v.g.log.Info("kubeadm-config's ClusterConfiguration holds the versions the node runs", "txn", last.Txn, "changed", ed.Changed)
 	case kubeapi.Deferred:
-		v.g.log.Warn("kubeadm-config not updated: the API server did not answer; the next command that reaches it does it", "record", record, "err", err)
+		v.g.log.Warn("kubeadm-config not updated: the API server did not answer; the next command that reaches it does it", "txn", last.Txn, "err", err)
 	case kubeapi.Refused:
-		v.g.log.Warn("kubeadm-config not updated; fix the cause, or turn the update off with --no-kubeadm-config", "record", record, "err", err)
+		v.g.log.Warn("kubeadm-config not updated; fix the cause, or turn the update off with --no-kubeadm-config", "txn", last.Txn, "err", err)
+	default:
+		if err != nil {
+			v.g.log.Warn("kubeadm-config", "err", err)
+		}
 	}
 	for _, n := range ed.Notes {
 		v.g.log.Warn("kubeadm-config: " + n)

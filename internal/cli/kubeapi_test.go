@@ -79,22 +79,24 @@ func TestClusterViewFlagsOff(t *testing.T) {
 			if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			st := &nodestate.NodeState{NodeName: "cp-1", AdvertiseAddress: "10.0.0.11", KubeconfigDir: kube, KubernetesVersion: "v1.37.2",
-				Images: map[string]string{nodestate.KubeAPIServer: "registry.k8s.io/kube-apiserver:v1.37.2", nodestate.Etcd: "registry.k8s.io/etcd:3.7.3-0"}}
-			v := g.clusterOf(st)
+			old := loadState(t)
+			old.KubeconfigDir = kube
+			j := openTestJournal(t, g.stateDir, old)
+			v := g.openCluster(j)
+			st := old.Clone()
+			st.KubernetesVersion, st.Images[nodestate.KubeAPIServer] = "v1.34.5", "registry.k8s.io/kube-apiserver:v1.34.5"
+			id := commitTestTxn(t, j, old, st)
 			now := time.Now()
 			for _, step := range []string{"begin", "done", "commit"} {
-				v.event(engine.Event{Time: now, Txn: "t1", Phase: string(journal.PhaseApplying), Step: step, Message: step})
+				v.event(engine.Event{Time: now, Txn: id, Phase: string(journal.PhaseApplying), Step: step, Message: step})
 			}
-			old := st.Clone()
-			old.KubernetesVersion, old.Images[nodestate.KubeAPIServer] = "v1.36.3", "registry.k8s.io/kube-apiserver:v1.36.3"
-			v.ended(engine.End{Txn: "t1", Kind: "upgrade", Outcome: engine.Committed, State: st, From: old, Target: st})
-			recorded, err := kubeapi.LoadPending(g.stateDir)
-			if err != nil {
-				t.Fatal(err)
+			v.ended(engine.End{Txn: id, Kind: "upgrade", Outcome: engine.Committed, State: st, From: old, Target: st})
+			owed, err := lastChange(j)
+			if err != nil || owed == nil || owed.Txn != id {
+				t.Fatalf("the journal's last change: %+v %v, want %s", owed, err, id)
 			}
-			if (recorded != nil) != c.wantKubeadm {
-				t.Errorf("kubeadm-config update recorded: %+v, want %v", recorded, c.wantKubeadm)
+			if got, err := kubeapi.Owed(g.stateDir, owed); err != nil || (got != nil) != c.wantKubeadm {
+				t.Errorf("kubeadm-config update owed: %+v %v, want %v", got, err, c.wantKubeadm)
 			}
 			v.finish()
 			var node, kubeadm bool
@@ -115,51 +117,97 @@ func TestClusterViewFlagsOff(t *testing.T) {
 	}
 }
 
-// TestClusterViewRecordsVersionChangesOnly: a commit that left the
-// versions (a restart, an extra arg) owes kubeadm-config nothing: on a node
-// of a multi-member cluster not yet upgraded it would set the cluster's
-// configuration back to this node's older versions. A rollback owes
-// nothing either.
-func TestClusterViewRecordsVersionChangesOnly(t *testing.T) {
+// TestClusterViewOwesVersionChangesOnly: only a commit that changed the
+// versions owes the kubeadm-config update (lastChange); a commit that
+// left them (a restart, an extra arg) owes nothing: on a node of a
+// multi-member cluster not yet upgraded it would set the cluster's
+// configuration back to this node's older versions. The commits before
+// the mark was made owe nothing either.
+func TestClusterViewOwesVersionChangesOnly(t *testing.T) {
 	dir := t.TempDir()
 	g := &globals{stateDir: dir, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	g.api.noEvents = true
-	st := &nodestate.NodeState{KubernetesVersion: "v1.36.3", Images: map[string]string{
-		nodestate.KubeAPIServer: "registry.k8s.io/kube-apiserver:v1.36.3", nodestate.Etcd: "registry.k8s.io/etcd:3.6.16-0"}}
-	v := &clusterView{g: g, cs: downClientset(t)}
+	st := loadState(t)
+	j := openTestJournal(t, dir, st)
 	etcd := st.Clone()
-	etcd.Images[nodestate.Etcd] = "registry.k8s.io/etcd:3.6.17-0"
-	for _, c := range []struct {
-		name    string
-		outcome engine.Outcome
-		from    *nodestate.NodeState
-		want    bool
-	}{
-		{"restart", engine.Committed, st.Clone(), false},
-		{"rolled back", engine.RolledBack, etcd, false},
-		{"etcd's image", engine.Committed, etcd, true},
-	} {
-		_ = os.Remove(filepath.Join(dir, kubeapi.PendingFile))
-		v.ended(engine.End{Txn: "t1", Outcome: c.outcome, State: st, From: c.from, Target: st})
-		p, err := kubeapi.LoadPending(dir)
-		if err != nil || (p != nil) != c.want {
-			t.Errorf("%s: record %+v %v, want one: %v", c.name, p, err, c.want)
+	etcd.Images[nodestate.Etcd] = "registry.k8s.io/etcd:3.5.36-0"
+	before := commitTestTxn(t, j, st, etcd) // made before the mark: owes nothing
+	cv := g.openCluster(j)
+	// No transaction began yet (a pre-flight refusal ends here): no mark.
+	if m, err := kubeapi.LoadMark(dir); err != nil || m != nil {
+		t.Fatalf("mark before the transaction began: %+v, %v; want none", m, err)
+	}
+	cv.event(engine.Event{Txn: "20261205T040000Z-0001", Step: "begin"})
+	if last, _ := lastChange(j); last == nil || last.Txn != before {
+		t.Fatalf("last change %+v, want %s", last, before)
+	}
+	owed := func() *kubeapi.Change {
+		t.Helper()
+		last, err := lastChange(j)
+		if err != nil {
+			t.Fatal(err)
 		}
+		c, err := kubeapi.Owed(dir, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := owed(); c != nil {
+		t.Errorf("a commit before the mark owes %+v", c)
+	}
+	args := etcd.Clone()
+	args.SetExtraArg(nodestate.Scheduler, "v", "2")
+	commitTestTxn(t, j, etcd, args)
+	if c := owed(); c != nil {
+		t.Errorf("an extra arg's commit owes %+v", c)
+	}
+	back := commitTestTxn(t, j, args, st)
+	if c := owed(); c == nil || c.Txn != back || c.Versions.EtcdImage != st.Images[nodestate.Etcd] {
+		t.Errorf("etcd's image changed back: owed %+v, want %s", c, back)
 	}
 }
 
-// downClientset is a client of an API server nothing listens for.
-func downClientset(t *testing.T) kubeapi.API {
+// loadState is testdata/states/default.yaml.
+func loadState(t *testing.T) *nodestate.NodeState {
 	t.Helper()
-	conf := filepath.Join(t.TempDir(), "admin.conf")
-	if err := os.WriteFile(conf, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubeapi.Connect(conf)
+	st, err := nodestate.Load("../../testdata/states/default.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	return st
+}
+
+// openTestJournal is a journal in dir holding st.
+func openTestJournal(t *testing.T, dir string, st *nodestate.NodeState) *journal.Journal {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(dir, JournalFile), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	if err := j.PutNodeState(st); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// commitTestTxn journals an upgrade from one node state to another,
+// committed, and returns its id.
+func commitTestTxn(t *testing.T, j *journal.Journal, from, to *nodestate.NodeState) string {
+	t.Helper()
+	b, err := from.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn, err := j.Begin(journal.Txn{Kind: "upgrade", From: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Commit(txn.ID, to); err != nil {
+		t.Fatal(err)
+	}
+	return txn.ID
 }
 
 // TestClusterViewMissingKubeconfig: no admin.conf in kubeconfigDir is a

@@ -114,6 +114,13 @@ refuses the release (exit 1) and says which release would be valid.
 			if err != nil {
 				return err
 			}
+			// An empty --to or --state ("--to=$REL" with REL unset) is a
+			// mistake, not a request for the upgrades available.
+			for _, f := range []string{"to", "state"} {
+				if cmd.Flags().Changed(f) && cmd.Flags().Lookup(f).Value.String() == "" {
+					return cmdLineErrorf("plan: --%s is empty: give it a value, or leave --to and --state out to list the upgrades available", f)
+				}
+			}
 			switch {
 			case to != "" && state != "":
 				return cmdLineErrorf("plan: --to and --state are exclusive: plan an upgrade to a release, or a new node state")

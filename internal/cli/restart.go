@@ -83,6 +83,7 @@ diff. Nothing changed prints "nothing to do".
 	cmd.Flags().BoolVar(&all, "all", false, "restart every component of the node")
 	cmd.Flags().BoolVar(&changed, "changed", false, "restart exactly the components whose manifest is not the render of the node state (rotated start-only inputs, hand edits)")
 	dryRunFlag(cmd, &dryRun, "the components it would restart")
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 

@@ -64,6 +64,7 @@ component stopped already is nothing to do.
 	cmd.Flags().BoolVar(&all, "all", false, "stop every running component of the node")
 	cmd.Flags().BoolVar(&down, "allow-control-plane-down", false, "let etcd and kube-apiserver be stopped on the only control-plane node")
 	dryRunFlag(cmd, &dryRun, "the components it would stop")
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 
@@ -97,6 +98,7 @@ runs already is nothing to do.
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "start every stopped component of the node")
 	dryRunFlag(cmd, &dryRun, "the components it would start")
+	g.criFlags(cmd, true, true)
 	return cmd
 }
 

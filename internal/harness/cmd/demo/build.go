@@ -86,6 +86,15 @@ func (d *demo) setUp(ctx context.Context) error {
 	d.say("  %s", d.sc.components(st))
 	d.say("the commands run in %s, each with the flags (--proc-scope: see only this node's processes)", d.tmp)
 	d.say("  %s", strings.Join(d.globals, " "))
+	if !d.sc.real {
+		// The stand-in kube-apiserver serves health endpoints only, with a
+		// certificate of its own: on this node there is no API server to
+		// post Events to or keep kubeadm-config in, and the commands are
+		// told so, as an operator tells a node without one.
+		d.env = []string{"STRATUM_NO_EVENTS=true", "STRATUM_NO_KUBEADM_CONFIG=true"}
+		d.say("and, as the stand-in kube-apiserver is no API server, the environment (no Events, no kubeadm-config update)")
+		d.say("  %s", strings.Join(d.env, " "))
+	}
 	return nil
 }
 

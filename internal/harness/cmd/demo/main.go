@@ -191,6 +191,8 @@ type demo struct {
 	bin     string // the stratum-upgrade binary
 	node    *testbed.Node
 	globals []string // the flags every command gets, not shown
+	// env is the environment every command gets beyond the demo's own.
+	env []string
 
 	failures []string
 }

@@ -138,7 +138,7 @@ func (d *demo) run(ctx context.Context, want int, filter *regexp.Regexp, args ..
 		grep = &grepWriter{w: d.w, re: filter}
 		cmd.Stdout = grep
 	}
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STRATUM_FAULT=") })
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STRATUM_FAULT=") }), d.env...)
 	// Its own process group: Ctrl-C reaches it once, from the demo.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
