@@ -25,6 +25,9 @@ import (
 // manifest no longer holds its target (edited between a crash and resume)
 // is stepped again.
 func (e *Engine) apply(ctx context.Context, r *run) error {
+	if err := e.forceEtcdSnapshot(ctx, r); err != nil {
+		return err
+	}
 	var pending []journal.Record
 	for _, comp := range r.txn.Changed {
 		mark, resumed := r.find(journal.PhaseApplying, journal.StepMark, comp)

@@ -48,6 +48,10 @@ type Deadlines struct {
 	Soak time.Duration
 	// EtcdBackup bounds the etcd snapshot before the upgrade.
 	EtcdBackup time.Duration
+	// EtcdSnapshot bounds the wait for etcd, restarted with
+	// --snapshot-count=1, to take a snapshot that covers the WAL entries
+	// the new etcd refuses (etcdsnap.go).
+	EtcdSnapshot time.Duration
 	// Release is how long a stopped component's pod is given, after its
 	// last process exited, for kubelet to release the pod's name before
 	// the new manifest is written, where kubelet's pod cgroups cannot be
@@ -64,6 +68,9 @@ var DefaultDeadlines = Deadlines{
 	Soak:       10 * time.Second,
 	EtcdBackup: 2 * time.Minute,
 	Release:    2500 * time.Millisecond,
+	// etcd with --snapshot-count=1 snapshots after its second applied
+	// entry, and it applies its own member publish at start.
+	EtcdSnapshot: 2 * time.Minute,
 }
 
 func (d Deadlines) withDefaults() Deadlines {
@@ -74,12 +81,13 @@ func (d Deadlines) withDefaults() Deadlines {
 		return v
 	}
 	return Deadlines{
-		Replace:    pick(d.Replace, DefaultDeadlines.Replace),
-		Active:     pick(d.Active, DefaultDeadlines.Active),
-		Stop:       pick(d.Stop, DefaultDeadlines.Stop),
-		Soak:       pick(d.Soak, DefaultDeadlines.Soak),
-		EtcdBackup: pick(d.EtcdBackup, DefaultDeadlines.EtcdBackup),
-		Release:    pick(d.Release, DefaultDeadlines.Release),
+		Replace:      pick(d.Replace, DefaultDeadlines.Replace),
+		Active:       pick(d.Active, DefaultDeadlines.Active),
+		Stop:         pick(d.Stop, DefaultDeadlines.Stop),
+		Soak:         pick(d.Soak, DefaultDeadlines.Soak),
+		EtcdBackup:   pick(d.EtcdBackup, DefaultDeadlines.EtcdBackup),
+		Release:      pick(d.Release, DefaultDeadlines.Release),
+		EtcdSnapshot: pick(d.EtcdSnapshot, DefaultDeadlines.EtcdSnapshot),
 	}
 }
 

@@ -174,6 +174,11 @@ func (e *Engine) newerEtcdRan(ctx context.Context, r *run) (etcdRan, string) {
 		return etcdRanMaybe, "etcd " + to + " answered on it"
 	}
 	mark, ok := r.findIn(journal.StepMark, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying)
+	if _, forced := r.find(journal.PhaseApplying, journal.StepEtcdSnapshot, nodestate.Etcd); forced && !ok {
+		// Only the forced snapshot's restart wrote etcd's manifest: the
+		// same etcd, with --snapshot-count=1, ran on the data.
+		return etcdRanStale, "only etcd " + r.from.Images[nodestate.Etcd] + " ran on it (restarted with --snapshot-count=1; the upgrade's etcd step never began)"
+	}
 	t, err := manifest.Target(r.to, nodestate.Etcd)
 	if err != nil {
 		return etcdRanMaybe, err.Error()

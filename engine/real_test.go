@@ -9,18 +9,19 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
+	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -204,16 +205,15 @@ func TestRealUpgradeCommits(t *testing.T) {
 }
 
 // TestRealEtcdChain upgrades etcd 3.5 -> 3.6 -> 3.7 one minor at a time on
-// one data dir, under the real API server, and keeps a key written to etcd
-// and an object written through the API server at 3.5.
+// one data dir, back to back, under the real API server, and keeps a key
+// written to etcd and an object written through the API server at 3.5.
 //
 // It also pins an etcd hazard the tests found: etcd 3.7 cannot replay WAL
 // entries that 3.5 wrote (it panics, "unmarshal should never fail"), and
 // 3.6 drops them from the WAL only at its next raft snapshot, every
 // --snapshot-count (10000) entries. Straight after 3.5 -> 3.6 the move to
-// 3.7 is therefore refused by the EtcdWALHistory pre-flight check, with
-// nothing written and 3.6 serving on; once 3.6 has taken a snapshot, 3.7
-// starts and commits.
+// 3.7 therefore forces a snapshot first (restart with --snapshot-count=1,
+// journaled as etcd-snapshot forcing then covered), then commits.
 func TestRealEtcdChain(t *testing.T) {
 	kube := kubebuild.Versions[0]
 	needReal(t)
@@ -238,37 +238,46 @@ func TestRealEtcdChain(t *testing.T) {
 		rel := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: kube, Images: map[string]string{nodestate.Etcd: img}}
 		return f.e.Run(t.Context(), rel, nil)
 	}
-	if res, err := move("registry.k8s.io/etcd:3.6.16-0"); err != nil || res.Outcome != Committed {
+	stages := func(id string) []string {
+		t.Helper()
+		recs, err := f.j.Records(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range recs {
+			if r.Step == journal.StepEtcdSnapshot {
+				out = append(out, r.Why)
+			}
+		}
+		return out
+	}
+	t0 := time.Now()
+	res, err := move("registry.k8s.io/etcd:3.6.16-0")
+	if err != nil || res.Outcome != Committed {
 		t.Fatalf("Run to 3.6: %+v %v", res, err)
 	}
+	t.Logf("3.5 -> 3.6 committed in %s, etcd-snapshot records %v", time.Since(t0).Round(time.Millisecond), stages(res.Txn))
 	check("3.6.16")
 
-	// 3.5's entries are still in the WAL: the move to 3.7 is refused
-	// before anything is written.
-	before := f.manifests()
-	_, err := move("registry.k8s.io/etcd:3.7.3-0")
-	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), CheckEtcdWALHistory) {
-		t.Fatalf("Run to 3.7 straight after 3.6: %v, want refused by %s", err, CheckEtcdWALHistory)
+	// 3.5's entries are still in the WAL: the move to 3.7 forces a
+	// snapshot first, journaled, and commits.
+	if scan, err := etcddata.ScanWAL(f.node.State.Etcd.DataDir); err != nil || len(scan.Hazards("3.7")) == 0 {
+		t.Fatalf("after 3.5 -> 3.6 the WAL holds no hazard for 3.7 (%+v, %v): the test no longer reaches the remediation", scan, err)
 	}
-	if now := f.manifests(); !bytes.Equal(now[manifest.FileName(nodestate.Etcd)], before[manifest.FileName(nodestate.Etcd)]) {
-		t.Fatal("the refused move rewrote etcd's manifest")
+	t0 = time.Now()
+	res, err = move("registry.k8s.io/etcd:3.7.3-0")
+	if err != nil || res.Outcome != Committed {
+		t.Fatalf("Run to 3.7 straight after 3.6: %+v %v", res, err)
 	}
-	check("3.6.16")
-
-	// Past a raft snapshot of 3.6 the WAL holds only 3.6's entries.
-	cli := etcdclient.New(t, f.node)
-	for i := range 10001 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cli.Put(ctx, "fill", fmt.Sprint(i))
-		cancel()
-		if err != nil {
-			t.Fatalf("fill put %d: %v", i, err)
-		}
+	if got := stages(res.Txn); !slices.Equal(got, []string{journal.EtcdSnapshotForcing, journal.EtcdSnapshotCovered}) {
+		t.Fatalf("etcd-snapshot records %v, want forcing then covered", got)
 	}
-	if res, err := move("registry.k8s.io/etcd:3.7.3-0"); err != nil || res.Outcome != Committed {
-		t.Fatalf("Run to 3.7 after a snapshot: %+v %v", res, err)
-	}
+	t.Logf("3.6 -> 3.7 with the forced snapshot committed in %s", time.Since(t0).Round(time.Millisecond))
 	check("3.7.3")
+	if b := f.manifests()[manifest.FileName(nodestate.Etcd)]; bytes.Contains(b, []byte("--snapshot-count=1\n")) {
+		t.Fatal("etcd's manifest after the commit still forces snapshots")
+	}
 }
 
 // TestRealRejectedFlagRollsBack runs into what the flag tables cannot see:

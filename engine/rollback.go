@@ -113,11 +113,13 @@ func isIOError(err error) bool {
 var errResumable = errors.New("resumable")
 
 // written is the components the transaction wrote (or may have written: a
-// mark is journaled before the write), in roster order.
+// mark is journaled before the write), in roster order. etcd's forced
+// snapshot (StepEtcdSnapshot) writes etcd's manifest too.
 func (r *run) written() []string {
 	var out []string
 	for _, comp := range r.txn.Changed {
-		if _, ok := r.find(journal.PhaseApplying, journal.StepMark, comp); ok {
+		_, forced := r.find(journal.PhaseApplying, journal.StepEtcdSnapshot, comp)
+		if _, ok := r.find(journal.PhaseApplying, journal.StepMark, comp); ok || forced {
 			out = append(out, comp)
 		}
 	}

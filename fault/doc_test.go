@@ -50,10 +50,15 @@ func TestDocsFaultPoints(t *testing.T) {
 	got := docPoints(t)
 	// etcd's step has a point more than the others' (after-etcd-answered,
 	// right after after-replaced): the table lists it after the generic
-	// after-replaced:C, and the silent etcd's point before the rollback's.
+	// after-replaced:C, and the silent etcd's point before the rollback's;
+	// the forced etcd snapshot's points come right after the etcd backup.
 	var want []Point
 	for _, p := range UpgradePoints([]string{"etcd"}) {
 		want = append(want, Point(strings.TrimSuffix(string(p), ":etcd")+map[bool]string{true: ":C"}[strings.HasSuffix(string(p), ":etcd")]))
+		if p == AfterEtcdBackup {
+			// The forced etcd snapshot, before etcd's own step.
+			want = append(want, EtcdSnapshotPoints()...)
+		}
 	}
 	want = append(want, EtcdSilentPoints([]string{"C"})...)
 

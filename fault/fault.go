@@ -26,9 +26,15 @@ const (
 	// AfterEtcdSilent: the wait for the new etcd ended without an answer
 	// and that is journaled; the rollback is next.
 	AfterEtcdSilent Point = "after-etcd-silent"
-	AfterApply      Point = "after-apply"
-	BeforeCommit    Point = "before-commit"
-	AfterCommit     Point = "after-commit"
+	// AfterEtcdSnapshotForcing: etcd with --snapshot-count=1 answered
+	// (the remediation of a WAL hazard, before etcd's own step).
+	AfterEtcdSnapshotForcing Point = "after-etcd-snapshot-forcing"
+	// AfterEtcdSnapshotCovered: a new snapshot covers the WAL tail, and
+	// that is journaled.
+	AfterEtcdSnapshotCovered Point = "after-etcd-snapshot-covered"
+	AfterApply               Point = "after-apply"
+	BeforeCommit             Point = "before-commit"
+	AfterCommit              Point = "after-commit"
 )
 
 // The points of a rollback.
@@ -91,6 +97,12 @@ func EtcdSilentPoints(roster []string) []Point {
 	return append([]Point{AfterEtcdSilent}, RollbackPoints(roster)...)
 }
 
+// EtcdSnapshotPoints is every point of an upgrade that forces an etcd
+// snapshot first, up to etcd's own step, in order.
+func EtcdSnapshotPoints() []Point {
+	return []Point{AfterEtcdSnapshotForcing, AfterEtcdSnapshotCovered}
+}
+
 // RollbackPoints is every point of a rollback over roster, in order.
 func RollbackPoints(roster []string) []Point {
 	pts := []Point{AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore}
@@ -104,6 +116,6 @@ func RollbackPoints(roster []string) []Point {
 
 // Fixed is every point that names no component, for the docs.
 func Fixed() []Point {
-	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterEtcdAnswered, AfterEtcdSilent, AfterApply, BeforeCommit, AfterCommit,
+	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterEtcdSnapshotForcing, AfterEtcdSnapshotCovered, AfterEtcdAnswered, AfterEtcdSilent, AfterApply, BeforeCommit, AfterCommit,
 		AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
 }

@@ -23,6 +23,7 @@ func TestPointsUniqueAndOrdered(t *testing.T) {
 		t.Error("after-etcd-answered is a point of a roster without etcd")
 	}
 	all := append(slices.Clone(up), EtcdSilentPoints(roster)[0])
+	all = append(all, EtcdSnapshotPoints()...)
 	all = append(all, rb...)
 	seen := map[Point]bool{}
 	for _, p := range all {

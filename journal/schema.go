@@ -43,7 +43,8 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	        <seq>                 uint64 1, 2, ... -> JSON of Record: "step"
 	                              is one of Steps; "processes" (done),
 	                              "asideDir" (etcd-restored), "etcdData"
-	                              and "why" (etcd-data) are typed fields
+	                              and "why" (etcd-data), "why", "procMark"
+	                              and "stamp" (etcd-snapshot) are typed fields
 
 	open                          bucket
 	    txn                       id of the open transaction; absent when no
@@ -103,7 +104,11 @@ whether etcd's data can be kept, the etcd-data decision "downgrade" and
 the step "etcd-downgraded" (etcd's downgrade protocol moved the data back
 a minor); no older file holds one, so its migration only moves the
 version, and a version-6 binary, which would take every replaced etcd for
-one that wrote, refuses the file.
+one that wrote, refuses the file. The step "etcd-snapshot" (the
+forced etcd snapshot before etcd's own step, "why" forcing or covered)
+came without a bump: every binary since version 2 refuses a record whose
+step it does not know, so an older binary refuses such a transaction
+rather than misread it, and files without one stay readable by it.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version

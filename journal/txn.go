@@ -222,12 +222,25 @@ const (
 	// to the old minor (Record.Why says to which storage version, at
 	// which revision). Schema 7.
 	StepEtcdDowngraded Step = "etcd-downgraded"
+	// StepEtcdSnapshot: the remediation of a WAL history the new etcd
+	// refuses (engine's EtcdWALHistory), before etcd's own step. Why
+	// "forcing" with ProcMark and Stamp: journaled before etcd's manifest
+	// is rewritten with --snapshot-count=1; Why "covered": a new snapshot
+	// covers the WAL tail, so etcd's own step may go on. No bump: a binary
+	// that does not know the step refuses the transaction when it reads it.
+	StepEtcdSnapshot Step = "etcd-snapshot"
 	// StepVerified: the transaction passed its soak and committed.
 	StepVerified Step = "verified"
 )
 
+// The stages of a StepEtcdSnapshot record (Record.Why).
+const (
+	EtcdSnapshotForcing = "forcing"
+	EtcdSnapshotCovered = "covered"
+)
+
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepEtcdSnapshot, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }
