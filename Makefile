@@ -7,7 +7,7 @@ CACHE     ?= $(or $(STRATUM_CACHE),$(HOME)/.cache/stratum-upgrade)
 STATICCHECK_VERSION := v0.7.0
 export STRATUM_CACHE := $(CACHE)
 
-.PHONY: help build dist dist-check test check lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real ha flag-tables kubeadm-fixtures clean
+.PHONY: help build dist dist-check kubelet-rules test check lint docs fuzz crash demo bench torture e2e-kubelet bench-kubelet real-binaries test-real ha flag-tables kubeadm-fixtures clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -191,6 +191,13 @@ e2e-kubelet: ## end to end against the real kubelets v1.37.2 and v1.34.4 on cont
 # kubelet or the replacement rule changes. STRATUM_BENCH_N=20 for more rounds.
 bench-kubelet: ## measure on each real kubelet (or KUBELET=) when a removed static pod's name is released and each replacement strategy; writes its section of docs/performance.md (root; about 10 minutes per kubelet)
 	./scripts/e2e-kubelet.sh bench
+
+# Not part of e2e-kubelet (CI time): e2e-kubelet checks kubeletpod.Check's
+# rule cases against the code of the two kubelets it runs; this runs them
+# through every tool module's kubelet code, 1.35 and 1.36 too (a module
+# download and a kubelet compile each, 3-5 minutes cold). Root, as the e2e.
+kubelet-rules: ## kubeletpod.Check's rule cases through the real kubelet code of every supported minor (1.34-1.37; about 3-5 minutes per minor from a cold cache)
+	STRATUM_E2E=1 STRATUM_KUBELET_RULES=all $(GO) test -count=1 -v -timeout 60m -run '^TestKubeletRules$$' ./e2e/
 
 clean: ## remove build output (not the etcd build cache)
 	rm -rf $(BIN) $(DIST)

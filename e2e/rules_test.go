@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,10 @@ import (
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 )
+
+// EnvKubeletRules set to "all" runs TestKubeletRules in every tool module
+// that has a kubeletrules test, not only those of Kubelets.
+const EnvKubeletRules = "STRATUM_KUBELET_RULES"
 
 // TestKubeletRules runs the kubeletrules test of every tool module that
 // has one (internal/harness/tools/*/kubeletrules): kubeletpod.Check's
@@ -25,9 +30,21 @@ func TestKubeletRules(t *testing.T) {
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no kubeletrules test in the tool modules: %v", err)
 	}
+	// The kubelets the e2e runs are built anyway (their modules are in the
+	// cache); the other minors' kubelet code is a module download and a
+	// compile of kubelet's packages each (3-5 minutes cold), so they run
+	// when EnvKubeletRules is "all" (make kubelet-rules), not in CI.
+	runs := map[string]bool{}
+	for _, k := range Kubelets {
+		runs[filepath.Join(root, k.ToolDir)] = true
+	}
+	all := os.Getenv(EnvKubeletRules) == "all"
 	for _, d := range dirs {
 		module := filepath.Dir(d)
 		t.Run(filepath.Base(module), func(t *testing.T) {
+			if !runs[module] && !all {
+				t.Skipf("kubelet of %s: not one the e2e runs; %s=all (make kubelet-rules) runs it", filepath.Base(module), EnvKubeletRules)
+			}
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 			defer cancel()
 			start := time.Now()
