@@ -6,6 +6,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 
 	"github.com/ciq/stratum-upgrade/engine"
@@ -28,8 +29,13 @@ func (g *globals) kubernetesVersionAdvice(err error) string {
 var looksLikeVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+`)
 
 // byVersion reports whether --to's value is a Kubernetes version (v1.36.3)
-// rather than a release file: a value that parses as one is a version.
+// rather than a release file: a value that parses as one is a version,
+// unless a file of that name exists: "v1.37.2-broken.yaml" parses too (a
+// pre-release "broken.yaml" of v1.37.2), and the operator named the file.
 func byVersion(to string) bool {
+	if _, err := os.Stat(to); err == nil {
+		return false
+	}
 	_, err := nodestate.ParseKubernetesVersion(to)
 	return err == nil
 }
