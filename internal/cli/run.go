@@ -58,7 +58,8 @@ warning; the journal records the checks a transaction was let through with.
 			var rel *engine.Release
 			var raw []byte
 			var err error
-			if !byVersion(to) {
+			version := byVersion(to) // once: it looks for a file of that name
+			if !version {
 				if rel, raw, err = loadRelease(to); err != nil {
 					return err
 				}
@@ -68,7 +69,7 @@ warning; the journal records the checks a transaction was let through with.
 				return err
 			}
 			if dryRun { // plan --to VERSION|RELEASE
-				if byVersion(to) {
+				if version {
 					return g.runPlanVersion(to, opts)
 				}
 				return g.runPlan(to, opts)
@@ -78,7 +79,7 @@ warning; the journal records the checks a transaction was let through with.
 				if err != nil {
 					return engine.Result{}, err
 				}
-				if byVersion(to) {
+				if version {
 					if rel, raw, err = releaseForVersion(st, to); err != nil {
 						return engine.Result{}, err
 					}
