@@ -254,7 +254,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume string, dead
 		return nil, err
 	}
 	h := &Hold{c: c, s: s, m: m}
-	if err := h.check(ctx, resume); err != nil {
+	if err := h.check(ctx, kind, resume); err != nil {
 		h.Release()
 		return nil, err
 	}

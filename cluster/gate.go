@@ -90,8 +90,14 @@ type MemberHealth struct {
 	Started, Healthy bool
 	RaftIndex        uint64
 	Version          string
-	Err              string
-	leader           uint64 // the leader it names, when healthy
+	// StorageVersion is the member's storage version (etcd 3.6+; "" from
+	// 3.5 or when it did not answer).
+	StorageVersion string
+	// Downgrading is the minor ("3.6.0") the member reports the cluster
+	// downgrading to, "" when no downgrade is enabled.
+	Downgrading string
+	Err         string
+	leader      uint64 // the leader it names, when healthy
 }
 
 // member is the entry of h for id, nil when there is none.
@@ -223,7 +229,10 @@ func probe(ctx context.Context, cli *clientv3.Client, m *etcdserverpb.Member) Me
 		mh.Healthy, mh.leader = true, st.Leader
 	}
 	if st != nil {
-		mh.RaftIndex, mh.Version = st.RaftIndex, st.Version
+		mh.RaftIndex, mh.Version, mh.StorageVersion = st.RaftIndex, st.Version, st.StorageVersion
+		if d := st.DowngradeInfo; d != nil && d.Enabled {
+			mh.Downgrading = d.TargetVersion
+		}
 	}
 	return mh
 }

@@ -37,10 +37,11 @@ var ErrBeginUnknown = errors.New("whether the cluster recorded the transaction i
 // check refuses under the lock: a halt, or another node with a transaction
 // open. A resumed transaction (resume != "") that the cluster recorded as
 // this node's is its own, begun when it owned the rollout: neither refuses
-// it. One the cluster has no record of (the node crashed between its
+// it. A halt lets a rollback --last (kind KindRollbackLast) through while
+// etcd reports a downgrade enabled (EtcdDowngrade). One the cluster has no record of (the node crashed between its
 // journal's begin and the cluster's) never owned the rollout, and neither
 // does one Forget closed since: each is checked as a new one.
-func (h *Hold) check(ctx context.Context, resume string) error {
+func (h *Hold) check(ctx context.Context, kind, resume string) error {
 	v, err := h.c.View(ctx)
 	if err != nil {
 		return err
@@ -59,6 +60,21 @@ func (h *Hold) check(ctx context.Context, resume string) error {
 		}
 	}
 	if v.Halt != nil {
+		if kind == KindRollbackLast {
+			// A rollback past etcd's cluster version enabled etcd's
+			// downgrade and halted the rollout: the members still on the
+			// newer minor go back each in its node's rollback --last,
+			// which the halt lets through while etcd reports the
+			// downgrade (decided from etcd, not from the halt's text).
+			d, err := h.c.EtcdDowngrade(ctx)
+			if err != nil {
+				return err
+			}
+			if d != nil {
+				h.c.cfg.Log.Info("the rollout is halted, but etcd downgrades: rollback --last goes back with it", "target", d.Target, "halt", v.Halt.Txn)
+				return nil
+			}
+		}
 		return &HaltedError{Halt: *v.Halt}
 	}
 	for _, p := range v.Nodes {

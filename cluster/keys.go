@@ -56,6 +56,10 @@ type Progress struct {
 // Open reports whether the transaction has not ended.
 func (p Progress) Open() bool { return p.Outcome == "" && p.Txn != "" }
 
+// KindRollbackLast is the kind (journal.KindRollbackLast) of the one
+// transaction a halt lets through while etcd downgrades.
+const KindRollbackLast = "rollback-last"
+
 // Halt stops the rollout: a node's transaction ended rolled back or
 // rollback-failed, and no node begins another until an operator clears it.
 type Halt struct {

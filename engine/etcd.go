@@ -28,9 +28,9 @@ import (
 // served it all along, or the new one never answered); downgraded when a
 // newer minor wrote to it and answers; restored when it wrote (or may
 // have) and does not answer. In a multi-member cluster the other members
-// hold the data: it is kept, and whether the old etcd may go back at all
-// is decided by memberEtcdDecision, which pauses or refuses the rollback
-// rather than guess.
+// hold the data: it is kept, or downgraded with the cluster when its
+// cluster version moved, as memberEtcdDecision decides; it pauses or
+// refuses the rollback rather than guess.
 func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (string, error) {
 	if !slices.Contains(written, nodestate.Etcd) {
 		return "", nil
@@ -44,7 +44,7 @@ func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap 
 	data, why := journal.EtcdKeep, ""
 	if !e.top.single() {
 		var err error
-		if why, err = e.memberEtcdDecision(ctx, r); err != nil {
+		if data, why, err = e.memberEtcdDecision(ctx, r); err != nil {
 			return "", err
 		}
 	} else {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
@@ -50,21 +52,23 @@ func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cl
 //     may have run unseen (killed after the write, then a reboot), so the
 //     old etcd goes back only when etcd reports a cluster version that did
 //     not move; unread, the rollback pauses;
-//   - else the cluster version etcd reports decides: moved, refused
-//     (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is);
-//     unread, the rollback pauses (errResumable: exit 6, resume asks
-//     again);
+//   - else the cluster version etcd reports decides: moved, the old
+//     etcd goes back only through etcd's downgrade protocol
+//     (downgradeOrRefuse); unread, the rollback pauses (errResumable:
+//     exit 6, resume asks again);
 //   - not moved, while every other member runs the new minor, it moves
-//     as soon as this member answers: refused; a member whose version
+//     as soon as this member answers: the same; a member whose version
 //     cannot be read pauses the rollback (it is never taken for one on
 //     the old minor); a member known to run an older minor holds the
 //     cluster version back, and the old etcd goes back.
-func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error) {
+//
+// It returns the decision (keep, or downgrade) and why.
+func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, string, error) {
 	from, to, moves := etcdMinors(r)
 	if !moves || cluster.MinorAtLeast(from+".0", to) {
 		// Only a newer minor can move the cluster version past the old
-		// etcd (a plan refuses etcd downgrades).
-		return "the other members hold it, and the transaction does not move etcd to a newer minor", nil
+		// etcd.
+		return journal.EtcdKeep, "the other members hold it, and the transaction does not move etcd to a newer minor", nil
 	}
 	self := r.from.Etcd.MemberName
 	ran, ranWhy := e.newerEtcdRan(ctx, r)
@@ -73,11 +77,14 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 	if err == nil {
 		cv = v.Cluster()
 	}
-	refuse := func(why string) error {
-		return fmt.Errorf("%w: %s, and etcd %s cannot start on this member's data; nothing was restored: fix the failing component and run the release again (etcd stays %s), or downgrade the cluster with etcd's downgrade protocol first (docs/ha.md)", ErrEtcdPointOfNoReturn, why, from, to)
+	keep := func(why string, err error) (string, string, error) {
+		if err != nil {
+			return "", "", err
+		}
+		return journal.EtcdKeep, why, nil
 	}
 	if cv != "" && cluster.MinorAtLeast(cv, to) {
-		return "", refuse(fmt.Sprintf("the cluster version is %s", cv))
+		return e.downgradeOrRefuse(ctx, r, fmt.Sprintf("the cluster version is %s", cv))
 	}
 	ranSays := "ran"
 	switch ran {
@@ -101,25 +108,19 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 	switch ran {
 	case etcdRanStale:
 		// The old etcd's processes still run: no newer one ran here.
-		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s), so the cluster version cannot have moved to %s through it: the old etcd goes back", to, ranWhy, to), nil
+		return keep(fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s), so the cluster version cannot have moved to %s through it: the old etcd goes back", to, ranWhy, to), nil)
 	case etcdRanNoneRuns:
 		// A newer etcd may have run and exited unseen (killed after the
 		// write, then a reboot): only the cluster version can say it did
 		// not move.
-		if err := unread(); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s) and the cluster version is %s, so it did not move to %s: the old etcd goes back", to, ranWhy, cv, to), nil
+		return keep(fmt.Sprintf("the other members hold it; this member's etcd %s never ran (%s) and the cluster version is %s, so it did not move to %s: the old etcd goes back", to, ranWhy, cv, to), unread())
 	case etcdRanSilent:
 		// It started but never answered: the cluster version, read
 		// now, says whether its peers saw it long enough to move.
-		if err := unread(); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("the other members hold it; %s, and the cluster version is %s, so it did not move to %s: the old etcd goes back", ranWhy, cv, to), nil
+		return keep(fmt.Sprintf("the other members hold it; %s, and the cluster version is %s, so it did not move to %s: the old etcd goes back", ranWhy, cv, to), unread())
 	}
 	if err := unread(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	var unknown, behind []string
 	selfID := uint64(0)
@@ -137,13 +138,30 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, error)
 	}
 	switch {
 	case selfID == 0:
-		return "", pause(fmt.Sprintf("%s to be in etcd's member list", self))
+		return "", "", pause(fmt.Sprintf("%s to be in etcd's member list", self))
 	case len(unknown) > 0:
-		return "", pause(fmt.Sprintf("etcd member %s to answer its version; a member whose version is unknown is never taken for one on %s", strings.Join(unknown, ", "), from))
+		return "", "", pause(fmt.Sprintf("etcd member %s to answer its version; a member whose version is unknown is never taken for one on %s", strings.Join(unknown, ", "), from))
 	case len(behind) == 0:
-		return "", refuse(fmt.Sprintf("every other etcd member runs %s and this member's etcd %s ran (%s), so the cluster version moves to %s (it is %s now)", to, to, ranWhy, to, cv))
+		return e.downgradeOrRefuse(ctx, r, fmt.Sprintf("every other etcd member runs %s and this member's etcd %s ran (%s), so the cluster version moves to %s (it is %s now)", to, to, ranWhy, to, cv))
 	}
-	return fmt.Sprintf("the other members hold it; the cluster version is %s and %s run(s) an older minor, so it cannot move to %s: the old etcd goes back", cv, strings.Join(behind, ", "), to), nil
+	return keep(fmt.Sprintf("the other members hold it; the cluster version is %s and %s run(s) an older minor, so it cannot move to %s: the old etcd goes back", cv, strings.Join(behind, ", "), to), nil)
+}
+
+// downgradeOrRefuse decides for a member whose cluster version moved to
+// the transaction's etcd minor, or moves as soon as this member answers
+// (why says which): an etcd of the old minor cannot start on its data
+// until etcd's downgrade protocol has set the cluster version back and
+// this member's storage version with it. The protocol runs through this
+// member's new etcd: when it answers, the decision is downgrade (the
+// other members go back in their own nodes' rollback --last); when it
+// does not, nothing can move the data back, and the rollback is refused
+// (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is).
+func (e *Engine) downgradeOrRefuse(ctx context.Context, r *run, why string) (string, string, error) {
+	from, to, _ := etcdMinors(r)
+	if t, err := manifest.Target(r.to, nodestate.Etcd); err == nil && e.procs.Active(ctx, t) {
+		return journal.EtcdDowngrade, fmt.Sprintf("%s: etcd's downgrade protocol sets the cluster back to %s through this member's etcd %s, every write kept; then the old etcd goes back here, and each other member goes back with `stratum-upgrade rollback --last` on its node", why, from, to), nil
+	}
+	return "", "", fmt.Errorf("%w: %s, and this member's etcd %s does not answer, so etcd's downgrade protocol cannot run through it and etcd %s cannot start on its data; nothing was restored: make this member's etcd %s run and answer, then fix the failing component and run the release again, or downgrade the cluster with etcdctl downgrade (docs/ha.md)", ErrEtcdPointOfNoReturn, why, to, from, to)
 }
 
 // memberLabel names a member; one that never started has no name yet.

@@ -11,12 +11,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/cluster"
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -356,17 +358,61 @@ func TestEtcdRollbackPausesOnAMemberThatDoesNotAnswer(t *testing.T) {
 
 // Item 2: a member with a NOSPACE alarm that runs the new minor is not
 // "old": the cluster version moved, and the old etcd cannot start on the
-// data; the rollback refuses (rollback-failed) with etcd untouched.
-func TestEtcdRollbackRefusedWhenTheClusterVersionMoved(t *testing.T) {
+// data as it is. Issue 30: this member's new etcd answers, so etcd's
+// downgrade protocol sets the cluster back through it, journaled before
+// the old etcd is written back; nothing is restored.
+func TestEtcdRollbackDowngradesWhenTheClusterVersionMoved(t *testing.T) {
 	f := &fakeVersions{clusterVersion: "3.6.0", others: map[string]string{"cp-2": "3.6.16", "cp-3": "3.6.16"},
 		unhealthy: map[string]string{"cp-3": "alarm NOSPACE is raised"}}
 	n, engine := newMemNodeMulti(t, f)
 	res, err := n.runUncoordinated(engine(), release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen))
-	if !errors.Is(err, ErrRollbackFailed) || !strings.Contains(res.Reason, "cluster version") {
-		t.Fatalf("Run: %+v %v: want rollback-failed at etcd's point of no return", res, err)
+	if !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("Run: %+v %v: want rolled back through etcd's downgrade", res, err)
+	}
+	if d, before := n.etcdDecision(res.Txn); d.EtcdData != journal.EtcdDowngrade || !before || !strings.Contains(d.Why, "cluster version is 3.6.0") {
+		t.Errorf("decision %+v (before the rollback's stop: %v), want downgrade from the cluster version, journaled before it", d, before)
+	}
+	if !etcdDowngraded(n.j, res.Txn) {
+		t.Error("no etcd-downgraded record: the old etcd went back before etcd's downgrade was done")
+	}
+	if n.etcd.downgrades != 1 || n.etcd.restores != 0 {
+		t.Errorf("downgrades %d, restores %d: want one downgrade and no restore on a multi-member cluster", n.etcd.downgrades, n.etcd.restores)
+	}
+	n.expectConverged(RolledBack, multiKeepsData)
+}
+
+// The cluster version moved but this member's new etcd does not answer:
+// the downgrade cannot run through it, so the rollback refuses
+// (rollback-failed) with etcd untouched and nothing restored.
+func TestEtcdRollbackRefusedWhenTheClusterVersionMovedAndEtcdIsSilent(t *testing.T) {
+	f := &fakeVersions{clusterVersion: "3.6.0", others: map[string]string{"cp-2": "3.6.16", "cp-3": "3.6.16"}}
+	n, engine := newMemNodeMulti(t, f)
+	n.k.SetImageMode(etcd36, standin.ModeNeverListen)
+	res, err := n.runUncoordinated(engine(), release(n.st, true, "", ""))
+	if !errors.Is(err, ErrRollbackFailed) || !strings.Contains(res.Reason, "does not answer, so etcd's downgrade protocol cannot run") {
+		t.Fatalf("Run: %+v %v: want rollback-failed, this member's etcd silent", res, err)
 	}
 	got, err := n.store.Read(nodestate.Etcd)
 	if err != nil || !strings.Contains(string(got), "etcd:3.6.16") {
+		t.Errorf("etcd's manifest (%v) is not the new one: the old etcd was written back", err)
+	}
+	if n.etcd.restores != 0 || n.etcd.downgrades != 0 {
+		t.Errorf("restores %d, downgrades %d on a multi-member cluster whose etcd does not answer", n.etcd.restores, n.etcd.downgrades)
+	}
+}
+
+// etcd refuses the downgrade on a member of several: there is no backup
+// to fall back on, so the rollback ends rollback-failed with the new etcd
+// left running and nothing restored.
+func TestEtcdRollbackFailsWhenEtcdRefusesTheClusterDowngrade(t *testing.T) {
+	f := &fakeVersions{clusterVersion: "3.6.0", others: map[string]string{"cp-2": "3.6.16", "cp-3": "3.6.16"}}
+	n, engine := newMemNodeMulti(t, f)
+	n.etcd.refuse = fmt.Errorf("%w: the test refuses it", etcddata.ErrDowngradeRefused)
+	res, err := n.runUncoordinated(engine(), release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen))
+	if !errors.Is(err, ErrRollbackFailed) || !strings.Contains(res.Reason, "the test refuses it") {
+		t.Fatalf("Run: %+v %v: want rollback-failed naming etcd's refusal", res, err)
+	}
+	if got, err := n.store.Read(nodestate.Etcd); err != nil || !strings.Contains(string(got), "etcd:3.6.16") {
 		t.Errorf("etcd's manifest (%v) is not the new one: the old etcd was written back", err)
 	}
 	if n.etcd.restores != 0 {
@@ -425,8 +471,8 @@ func TestEtcdMemberDecisionOnlyForANewerMinor(t *testing.T) {
 		from, to := n.st.Clone(), n.st.Clone()
 		from.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.from
 		to.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.to
-		why, err := e.memberEtcdDecision(t.Context(), &run{txn: &journal.Txn{ID: "t"}, from: from, to: to})
-		if err != nil || !strings.Contains(why, "does not move etcd to a newer minor") {
+		data, why, err := e.memberEtcdDecision(t.Context(), &run{txn: &journal.Txn{ID: "t"}, from: from, to: to})
+		if err != nil || data != journal.EtcdKeep || !strings.Contains(why, "does not move etcd to a newer minor") {
 			t.Errorf("etcd %s -> %s: %q %v, want the data kept", c.from, c.to, why, err)
 		}
 	}

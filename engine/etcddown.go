@@ -1,14 +1,19 @@
 package engine
 
-// A single member's data that a newer etcd minor wrote to goes back with
-// etcd's own downgrade protocol, losing no write; the backup is the last
-// resort, when etcd cannot or will not downgrade.
+// Data that a newer etcd minor wrote to goes back with etcd's own
+// downgrade protocol, losing no write: a single member's, where the backup
+// is the last resort when etcd cannot or will not downgrade; and a member
+// of several whose cluster version moved, where there is no backup to
+// restore and the other members go back in their own transactions.
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -40,9 +45,12 @@ func (e *Engine) downgradeOrRestore(ctx context.Context, r *run, wrote string) (
 // (validate, enable, wait until its storage version is the old minor), and
 // journals that it did (StepEtcdDowngraded), before the rollback stops
 // etcd. It returns the decision the rollback goes on with: downgrade, or,
-// when etcd refused or the wait ended first, restore (journaled as a new
-// etcd-data record, with how many revisions the backup loses). It is
-// resumable: a downgrade enabled by an earlier run is waited for.
+// for a single member, when etcd refused or the wait ended first, restore
+// (journaled as a new etcd-data record, with how many revisions the backup
+// loses). A member of several has no backup to fall back on: a refusal
+// ends the rollback rollback-failed (ErrEtcdPointOfNoReturn), anything
+// else pauses it (errResumable). It is resumable: a downgrade enabled by
+// an earlier run, or by another node's, is waited for.
 func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdDowngraded, nodestate.Etcd); done {
 		return journal.EtcdDowngrade, nil
@@ -61,19 +69,63 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 		why := fmt.Sprintf("etcd %s no longer answers (%v), so etcd's downgrade protocol cannot run: %s", to, err, e.backupLoses(ctx, r))
 		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
 	}
+	if !e.top.single() {
+		if err := e.waitClusterVersion(ctx, r, to); err != nil {
+			return "", err
+		}
+	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-downgrade", nodestate.Etcd, "etcd's storage version to be "+from, "downgrading etcd's data to "+from+" with etcd's downgrade protocol")
 	got, err := e.etcd.Downgrade(ctx, r.to, from, e.dl.EtcdBackup)
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", fmt.Errorf("%w: %v", errResumable, err)
-		}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("%w: %v", errResumable, err)
+	case !e.top.single() && errors.Is(err, etcddata.ErrDowngradeRefused):
+		// The other members hold the data: there is no backup to
+		// restore, and etcd will not move it back.
+		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member, nothing was restored: see docs/ha.md (Going back after the cluster version moved)", ErrEtcdPointOfNoReturn, err, to)
+	case !e.top.single():
+		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member: run `stratum-upgrade resume` to wait for the downgrade again", errResumable, err, to)
+	default:
 		why := fmt.Sprintf("etcd's downgrade protocol failed (%v): %s", err, loses(r, got.Revision))
 		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
 	}
 	e.hit(fault.AfterEtcdDowngrade)
 	why := fmt.Sprintf("storage version %s at revision %d", got.StorageVersion, got.Revision)
 	e.event(r.txn.ID, r.txn.Phase, "etcd-downgraded", nodestate.Etcd, "", "etcd's data downgraded: "+why)
+	if !e.top.single() {
+		e.event(r.txn.ID, r.txn.Phase, "etcd-downgrade-members", nodestate.Etcd, "", fmt.Sprintf(
+			"etcd downgrades to %s: this member's etcd goes back now; every other member still on %s goes back with `stratum-upgrade rollback --last` on its node, which the halted rollout lets through until etcd ends the downgrade (status --cluster shows it)", from, to))
+	}
 	return journal.EtcdDowngrade, e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdDowngraded, Component: nodestate.Etcd, Why: why})
+}
+
+// waitClusterVersion waits (Deadlines.Active at most) until etcd reports
+// the cluster version at minor to: etcd validates a downgrade only one
+// minor below the cluster version, and the version moves a few seconds
+// after every member runs the new minor (memberEtcdDecision decided so).
+// Giving up pauses the rollback (errResumable), the new etcd left running.
+func (e *Engine) waitClusterVersion(ctx context.Context, r *run, to string) error {
+	deadline := time.Now().Add(e.dl.Active)
+	last := "unread"
+	for {
+		v, err := e.readVersions(ctx, r.from)
+		if err == nil {
+			if cv := v.Cluster(); cv != "" && cluster.MinorAtLeast(cv, to) {
+				return nil
+			} else if cv != "" {
+				last = cv
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: waiting %s for etcd's cluster version to move to %s before etcd's downgrade protocol can set it back (it is %s): run `stratum-upgrade resume` once every member answers", errResumable, e.dl.Active, to, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for etcd's cluster version to be %s: %v", errResumable, to, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // backupLoses reads etcd's revision (when some etcd answers) and says how
@@ -97,4 +149,37 @@ func loses(r *run, rev int64) string {
 		return fmt.Sprintf("the backup (revision %d) is restored; etcd's revision is unknown, so how many revisions it loses is too", b.Revision)
 	}
 	return fmt.Sprintf("the backup (revision %d) is restored, losing %d revisions (etcd was at %d)", b.Revision, max(rev-b.Revision, 0), rev)
+}
+
+// downgradeBeforeStep runs before a forwards etcd step that moves etcd
+// down a minor (rollback --last of an upgrade that moved it up) stops the
+// member: an etcd of the older minor starts only on data whose storage
+// version is its own, so etcd's downgrade protocol runs first, through
+// the member still running (validate and enable, unless a downgrade to
+// that minor is enabled already, as a rollback on another node leaves
+// it; then wait until this member's storage version is the target). It
+// is journaled (StepEtcdDowngraded, in the applying phase) before the
+// step's mark, so a resumed step does not ask a stopped etcd again. A
+// refusal fails the step before etcd is touched, and the transaction
+// rolls back with etcd never written.
+func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phase, comp string) error {
+	from, to, moves := etcdMinors(r)
+	if comp != nodestate.Etcd || p == journal.PhaseRollingBack || !moves || cluster.MinorAtLeast(to+".0", from) {
+		return nil
+	}
+	if _, done := r.find(p, journal.StepEtcdDowngraded, nodestate.Etcd); done {
+		return nil
+	}
+	e.event(r.txn.ID, p, "etcd-downgrade", comp, "etcd's storage version to be "+to, "downgrading etcd's data from "+from+" to "+to+" with etcd's downgrade protocol before the step puts etcd "+to+" back")
+	got, err := e.etcd.Downgrade(ctx, r.from, to, e.dl.EtcdBackup)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %v", errResumable, err)
+		}
+		return fmt.Errorf("%s: %w; etcd %s still runs here, untouched", comp, err, from)
+	}
+	e.hit(fault.AfterEtcdDowngrade)
+	why := fmt.Sprintf("storage version %s at revision %d", got.StorageVersion, got.Revision)
+	e.event(r.txn.ID, p, "etcd-downgraded", comp, "", "etcd's data downgraded: "+why)
+	return e.append(r, p, journal.Record{Phase: p, Step: journal.StepEtcdDowngraded, Component: comp, Why: why})
 }

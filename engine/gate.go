@@ -35,7 +35,12 @@ const leaderMoveTimeout = 30 * time.Second
 // stop's, first run and resume alike. A member with no etcd process
 // running has nothing to stop (a start, or a resumed step whose stop had
 // begun): it is not gated. A rollback's stop of etcd passes rollbackGate.
+// A step that moves etcd down a minor first downgrades its data
+// (downgradeBeforeStep), single member or not.
 func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
+	if err := e.downgradeBeforeStep(ctx, r, p, comp); err != nil {
+		return err
+	}
 	if comp != nodestate.Etcd || e.hold == nil {
 		return nil
 	}
@@ -52,7 +57,7 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	if err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
-	if from, to, moves := etcdMinors(r); moves {
+	if from, to, moves := etcdMinors(r); moves && !cluster.MinorAtLeast(from+".0", to) {
 		if last, _ := h.OthersOnMinor(to); last {
 			e.event(r.txn.ID, p, "etcd-point-of-no-return", comp, "", fmt.Sprintf(
 				"point of no return: every other etcd member runs %s; once %s does, the cluster version moves to %s and an etcd %s cannot start on this member's data, so a rollback after this step keeps etcd %s (docs/ha.md)", to, self, to, from, to))

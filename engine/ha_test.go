@@ -262,36 +262,83 @@ func TestHAGateRefusesWithoutQuorumMargin(t *testing.T) {
 	}
 }
 
-// TestHAEtcdPointOfNoReturn: node-1 and node-2 run etcd 3.7; on node-3, the
-// last member on 3.6, the plan's etcd step is announced as the point of no
-// return, and when a later component fails the rollback refuses to put
-// etcd 3.6 back (it could not start on a 3.7 cluster): the transaction ends
-// rollback-failed with nothing restored, every member serves, etcd 3.7 on
-// all three, and the rollout halts.
-func TestHAEtcdPointOfNoReturn(t *testing.T) {
+// TestHAEtcdDowngradeAfterThePointOfNoReturn (issue 30): node-1 and node-2
+// run etcd 3.7; on node-3, the last member on 3.6, the plan's etcd step is
+// announced as the point of no return, and a later component fails after
+// every member ran 3.7. The rollback runs etcd's downgrade protocol through
+// node-3's etcd (the cluster version back to 3.6, node-3's storage version
+// with it) and puts etcd 3.6 back on node-3; the rollout halts, but lets
+// through each other node's rollback --last, which downgrades its own
+// member in turn, while an upgrade is still refused. Every member ends on
+// 3.6, etcd ends the downgrade by itself, and no acknowledged write is
+// lost.
+func TestHAEtcdDowngradeAfterThePointOfNoReturn(t *testing.T) {
 	_, fs, l, last := lastOfThree(t)
 	res, err := last.e.Run(t.Context(), haRelease(last.node.State, nodestate.Scheduler, standin.ModeNeverListen), nil)
-	if res.Outcome != RollbackFailed || !errors.Is(err, ErrRollbackFailed) || !strings.Contains(res.Reason, "cluster version") {
-		t.Fatalf("node-3: %+v %v, want rollback-failed at etcd's point of no return", res, err)
+	if res.Outcome != RolledBack || !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("node-3: %+v %v, want rolled back through etcd's downgrade", res, err)
 	}
-	announced := false
+	announced, downgraded := false, false
 	last.mu.Lock()
 	for _, ev := range last.events {
 		announced = announced || ev.Step == "etcd-point-of-no-return"
+		downgraded = downgraded || ev.Step == "etcd-downgraded"
 	}
 	last.mu.Unlock()
-	if !announced {
-		t.Error("node-3's etcd step was not announced as the point of no return")
+	if !announced || !downgraded {
+		t.Errorf("node-3's events: point of no return announced %v, etcd downgraded %v; want both", announced, downgraded)
 	}
-	for _, f := range fs {
-		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.7.") {
-			t.Errorf("%s's etcd serves %q, want 3.7", f.node.State.NodeName, v)
+	if v := etcdclient.Version(t, last.node); !strings.HasPrefix(v, "3.6.") {
+		t.Errorf("node-3's etcd serves %q after its rollback, want 3.6", v)
+	}
+	if v := view(t, fs[0]); v.Halt == nil || v.Halt.Node != "node-3" || v.Halt.Outcome != string(RolledBack) {
+		t.Fatalf("rollout %+v: want halted by node-3, rolled back", v)
+	}
+	d := etcdDowngrade(t, fs[0])
+	if d == nil || !strings.HasPrefix(d.Target, "3.6") || len(d.Behind()) != 2 {
+		t.Fatalf("etcd's downgrade %+v: want one to 3.6 with node-1 and node-2 behind", d)
+	}
+	// The halt still refuses any other transaction.
+	var halted *cluster.HaltedError
+	if _, err := fs[0].e.Restart(t.Context(), []string{nodestate.Scheduler}); !errors.As(err, &halted) {
+		t.Fatalf("node-1's restart under the halt: %v, want the halt", err)
+	}
+	for _, f := range fs[:2] {
+		res, err := f.e.RollbackLast(t.Context())
+		if err != nil || res.Outcome != Committed {
+			t.Fatalf("%s rollback --last: %+v %v", f.node.State.NodeName, res, err)
+		}
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.6.") {
+			t.Errorf("%s's etcd serves %q after its rollback --last, want 3.6", f.node.State.NodeName, v)
 		}
 	}
-	if v := view(t, fs[0]); v.Halt == nil || v.Halt.Node != "node-3" || v.Halt.Outcome != string(RollbackFailed) {
-		t.Fatalf("rollout %+v: want halted by node-3, rollback-failed", v)
+	deadline := time.Now().Add(30 * time.Second)
+	for d = etcdDowngrade(t, fs[0]); d != nil && time.Now().Before(deadline); d = etcdDowngrade(t, fs[0]) {
+		time.Sleep(500 * time.Millisecond)
 	}
-	l.Check(t, "the last member's etcd step is the point of no return")
+	if d != nil {
+		t.Errorf("etcd still reports the downgrade %+v with every member on 3.6", d)
+	}
+	l.Check(t, "the last member's rollback downgrades etcd, the others follow with rollback --last")
+	f := l.Result(t)
+	t.Logf("etcd rollback downgraded (three members, 3.7 -> 3.6): writes acked %d, lost %d", f.Acked, f.Lost)
+}
+
+// etcdDowngrade is the downgrade etcd reports, read through f's member.
+func etcdDowngrade(t *testing.T, f *fixture) *cluster.EtcdDowngrade {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	co, err := cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(f.node.State), Node: f.node.State.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	d, err := co.EtcdDowngrade(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // TestHAResumeRecordsALostEnd: node-1's transaction rolls back, but the

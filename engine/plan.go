@@ -267,16 +267,21 @@ func etcdMinor(image string) (int, int, bool) {
 	return int(v.Major()), int(v.Minor()), true
 }
 
-// checkEtcdDowngrade refuses to put back an etcd of a lower minor version:
-// once the newer member ran, the cluster version in its data is the newer
-// one and the older etcd refuses to start on it, taking the control plane
-// down until the automatic rollback. etcd has its own downgrade procedure.
+// checkEtcdDowngrade refuses to put back an etcd more than one minor
+// lower, or below 3.6 from 3.5: once the newer member ran, the cluster and
+// storage versions in its data are the newer ones and an older etcd
+// refuses to start on it. One minor down from 3.6 on, the etcd step first
+// moves the data back with etcd's own downgrade protocol
+// (downgradeBeforeStep), which goes one minor at a time.
 func checkEtcdDowngrade(cur, old *nodestate.NodeState) error {
 	curMaj, curMin, ok1 := etcdMinor(cur.Image(nodestate.Etcd))
 	oldMaj, oldMin, ok2 := etcdMinor(old.Image(nodestate.Etcd))
 	if !ok1 || !ok2 || oldMaj > curMaj || oldMaj == curMaj && oldMin >= curMin {
 		return nil
 	}
-	return fmt.Errorf("rollback --last would move etcd from %s down to %s: etcd %d.%d refuses to start on data a %d.%d member has run on (the cluster version is stored in the data); downgrade etcd with its own procedure (etcdctl downgrade validate/enable) first, or run an upgrade to a release that keeps etcd at %d.%d",
+	if oldMaj == curMaj && oldMin == curMin-1 && curMaj == 3 && curMin >= 6 {
+		return nil
+	}
+	return fmt.Errorf("rollback --last would move etcd from %s down to %s: etcd's downgrade protocol goes back one minor at a time, from 3.6 on, and etcd %d.%d refuses to start on data a %d.%d member has run on; run an upgrade to a release that keeps etcd at %d.%d, or downgrade etcd a minor at a time with etcdctl downgrade first",
 		cur.Image(nodestate.Etcd), old.Image(nodestate.Etcd), oldMaj, oldMin, curMaj, curMin, curMaj, curMin)
 }

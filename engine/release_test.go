@@ -200,11 +200,15 @@ func TestEtcdDowngradeRefused(t *testing.T) {
 		cur, old string
 		refused  bool
 	}{
-		{"registry.k8s.io/etcd:3.6.16-0", "registry.k8s.io/etcd:3.5.35-0", true},
+		// One minor down from 3.6 on: etcd's downgrade protocol first.
+		{"registry.k8s.io/etcd:3.6.16-0", "registry.k8s.io/etcd:3.5.35-0", false},
+		{"registry.k8s.io/etcd:3.7.3-0", "registry.k8s.io/etcd:3.6.16-0", false},
+		{"registry.k8s.io/etcd:3.7.3-0", "registry.k8s.io/etcd:3.5.35-0", true},
+		{"registry.k8s.io/etcd:3.5.35-0", "registry.k8s.io/etcd:3.4.30-0", true},
 		{"registry.k8s.io/etcd:3.6.16-0", "registry.k8s.io/etcd:3.6.1-0", false},
 		{"registry.k8s.io/etcd:3.5.35-0", "registry.k8s.io/etcd:3.6.16-0", false},
 		{"registry.k8s.io/etcd@sha256:0123", "registry.k8s.io/etcd:3.5.35-0", false},
-		{"localhost:5000/etcd:v3.6.0", "localhost:5000/etcd:v3.5.9", true},
+		{"localhost:5000/etcd:v3.7.0", "localhost:5000/etcd:v3.5.9", true},
 	} {
 		cur := &nodestate.NodeState{Images: map[string]string{nodestate.Etcd: c.cur}}
 		old := &nodestate.NodeState{Images: map[string]string{nodestate.Etcd: c.old}}
