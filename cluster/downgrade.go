@@ -37,8 +37,11 @@ type DowngradeMember struct {
 func (d *EtcdDowngrade) Behind() []string {
 	var out []string
 	for _, m := range d.Members {
-		if m.Version == "" || !sameMinor(m.Version, d.Target) {
-			out = append(out, fmt.Sprintf("%s (%s)", m.Name, orUnknown(m.Version)))
+		switch {
+		case m.Version == "":
+			out = append(out, m.Name+" (did not answer)")
+		case !sameMinor(m.Version, d.Target):
+			out = append(out, fmt.Sprintf("%s (%s)", m.Name, m.Version))
 		}
 	}
 	return out

@@ -67,6 +67,8 @@ func (g *globals) coordinator(ctx context.Context) (*cluster.Coordinator, error)
 type clusterReport struct {
 	Endpoints []string
 	View      *cluster.View
+	// Downgrade is etcd's downgrade under way, nil when none is.
+	Downgrade *cluster.EtcdDowngrade
 }
 
 // clusterJSON is status --cluster --output json (docs/schemas/cluster.json):
@@ -79,6 +81,8 @@ type clusterJSON struct {
 	Holder    *cluster.Holder    `json:"holder"`
 	Halt      *haltJSON          `json:"halt"`
 	Nodes     []nodeProgressJSON `json:"nodes"`
+	// EtcdDowngrade is etcd's downgrade under way (null when none is).
+	EtcdDowngrade *cluster.EtcdDowngrade `json:"etcdDowngrade"`
 }
 
 type haltJSON struct {
@@ -104,7 +108,7 @@ type nodeProgressJSON struct {
 
 func (rep clusterReport) json() clusterJSON {
 	v := rep.View
-	out := clusterJSON{Endpoints: rep.Endpoints, Revision: v.Revision, Holder: v.Holder, Nodes: []nodeProgressJSON{}}
+	out := clusterJSON{Endpoints: rep.Endpoints, Revision: v.Revision, Holder: v.Holder, Nodes: []nodeProgressJSON{}, EtcdDowngrade: rep.Downgrade}
 	if out.Endpoints == nil {
 		out.Endpoints = []string{}
 	}
@@ -124,7 +128,11 @@ func (g *globals) statusCluster() error {
 		if err != nil {
 			return err
 		}
-		rep := clusterReport{Endpoints: c.Endpoints(), View: v}
+		d, err := c.EtcdDowngrade(ctx)
+		if err != nil {
+			return err
+		}
+		rep := clusterReport{Endpoints: c.Endpoints(), View: v, Downgrade: d}
 		if g.json() {
 			return g.write(rep.json())
 		}
@@ -145,6 +153,9 @@ func (rep clusterReport) print(w io.Writer) {
 		fmt.Fprintf(w, "HALTED: transaction %s on %s ended %s at %s: %s\n", h.Txn, h.Node, h.Outcome, h.At.Format(time.RFC3339), orNone(h.Reason))
 		fmt.Fprintf(w, "  no node begins a transaction until the halt is cleared: look at %s (stratum-upgrade history there), then run stratum-upgrade clear-halt\n", h.Node)
 	}
+	if d := rep.Downgrade; d != nil {
+		rep.printDowngrade(w)
+	}
 	if len(v.Nodes) == 0 {
 		fmt.Fprintln(w, "no node has recorded a transaction")
 		return
@@ -155,6 +166,22 @@ func (rep clusterReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Node, p.Txn, p.Kind, p.Phase, yesNo(p.Open()), orDash(p.To), p.Updated.Format(time.RFC3339))
 	}
 	tw.Flush()
+}
+
+// printDowngrade is etcd's downgrade under way: its target, each member's
+// etcd and storage version, and what is left to do.
+func (rep clusterReport) printDowngrade(w io.Writer) {
+	d := rep.Downgrade
+	fmt.Fprintf(w, "ETCD DOWNGRADE to %s under way: etcd ends it once every member runs %s\n", d.Target, d.Target)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  MEMBER\tETCD\tSTORAGE")
+	for _, m := range d.Members {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", m.Name, orDash(m.Version), orDash(m.StorageVersion))
+	}
+	tw.Flush()
+	if behind := d.Behind(); len(behind) > 0 {
+		fmt.Fprintf(w, "  still to go back: %s; run stratum-upgrade rollback --last on each of those nodes in turn (the halt lets it through), or etcdctl downgrade cancel to stay where they are\n", list(behind))
+	}
 }
 
 func orNone(s string) string {
