@@ -70,12 +70,12 @@ func (c *Coordinator) EtcdDowngrade(ctx context.Context) (*EtcdDowngrade, error)
 	if err != nil {
 		return nil, err
 	}
-	return downgradeOf(h), nil
+	return h.EtcdDowngrade(), nil
 }
 
-// downgradeOf is the downgrade h's members report, nil when none reports
-// one enabled.
-func downgradeOf(h *Health) *EtcdDowngrade {
+// EtcdDowngrade is the downgrade h's members report, nil when none
+// reports one enabled.
+func (h *Health) EtcdDowngrade() *EtcdDowngrade {
 	var d *EtcdDowngrade
 	for _, m := range h.Members {
 		if m.Downgrading != "" {

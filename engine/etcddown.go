@@ -101,9 +101,10 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 }
 
 // waitClusterVersion waits (Deadlines.Active at most) until etcd reports
-// the cluster version at minor to: etcd validates a downgrade only one
-// minor below the cluster version, and the version moves a few seconds
-// after every member runs the new minor (memberEtcdDecision decided so).
+// the cluster version at minor to, or a downgrade enabled: etcd validates
+// a downgrade only one minor below the cluster version, and the version
+// moves a few seconds after every member runs the new minor
+// (memberEtcdDecision decided so).
 // Giving up pauses the rollback (errResumable), the new etcd left running.
 func (e *Engine) waitClusterVersion(ctx context.Context, r *run, to string) error {
 	deadline := time.Now().Add(e.dl.Active)
@@ -111,6 +112,12 @@ func (e *Engine) waitClusterVersion(ctx context.Context, r *run, to string) erro
 	for {
 		v, err := e.readVersions(ctx, r.from)
 		if err == nil {
+			if v.Health != nil && v.Health.EtcdDowngrade() != nil {
+				// Enabled already (by a run that crashed since, or by an
+				// operator): the cluster version was set back, and
+				// Downgrade waits for it.
+				return nil
+			}
 			if cv := v.Cluster(); cv != "" && cluster.MinorAtLeast(cv, to) {
 				return nil
 			} else if cv != "" {

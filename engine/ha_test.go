@@ -20,6 +20,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/etcddata"
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
@@ -322,6 +323,41 @@ func TestHAEtcdDowngradeAfterThePointOfNoReturn(t *testing.T) {
 	l.Check(t, "the last member's rollback downgrades etcd, the others follow with rollback --last")
 	f := l.Result(t)
 	t.Logf("etcd rollback downgraded (three members, 3.7 -> 3.6): writes acked %d, lost %d", f.Acked, f.Lost)
+}
+
+// TestHAEtcdDowngradeResumesAfterACrash: the same downgrade, crashed where
+// it is new: node-3's rollback right after etcd downgraded its storage
+// version (before etcd-downgraded is journaled), and node-1's rollback
+// --last at the same point of its forwards etcd step. Each resume
+// finishes its transaction (the downgrade enabled is only waited for),
+// and every member ends on 3.6 with no acknowledged write lost.
+func TestHAEtcdDowngradeResumesAfterACrash(t *testing.T) {
+	_, fs, l, last := lastOfThree(t)
+	if !stopAt(last.e, fault.AfterEtcdDowngrade, func() {
+		last.e.Run(t.Context(), haRelease(last.node.State, nodestate.Scheduler, standin.ModeNeverListen), nil)
+	}) {
+		t.Fatal("node-3's rollback never reached after-etcd-downgrade")
+	}
+	if res, err := last.e.Resume(t.Context()); res.Outcome != RolledBack || !errors.Is(err, ErrRolledBack) {
+		t.Fatalf("node-3 resume: %+v %v, want rolled back", res, err)
+	}
+	if !stopAt(fs[0].e, fault.AfterEtcdDowngrade, func() { fs[0].e.RollbackLast(t.Context()) }) {
+		t.Fatal("node-1's rollback --last never reached after-etcd-downgrade")
+	}
+	if res, err := fs[0].e.Resume(t.Context()); err != nil || res.Outcome != Committed {
+		t.Fatalf("node-1 resume: %+v %v, want committed", res, err)
+	}
+	if res, err := fs[1].e.RollbackLast(t.Context()); err != nil || res.Outcome != Committed {
+		t.Fatalf("node-2 rollback --last: %+v %v", res, err)
+	}
+	for _, f := range fs {
+		if v := etcdclient.Version(t, f.node); !strings.HasPrefix(v, "3.6.") {
+			t.Errorf("%s's etcd serves %q, want 3.6", f.node.State.NodeName, v)
+		}
+	}
+	l.Check(t, "the etcd downgrade crashed on the last member and on the first, resumed")
+	f := l.Result(t)
+	t.Logf("etcd rollback downgraded after crashes (three members, 3.7 -> 3.6): writes acked %d, lost %d", f.Acked, f.Lost)
 }
 
 // etcdDowngrade is the downgrade etcd reports, read through f's member.
