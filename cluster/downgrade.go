@@ -29,7 +29,7 @@ type DowngradeMember struct {
 	// StorageVersion is the data's format: the target's once etcd
 	// downgraded it, and only then may the member's binary go back.
 	StorageVersion string `json:"storageVersion"`
-	Err            string `json:"error,omitempty"`
+	Err            string `json:"error"`
 }
 
 // Behind is the members that do not run the target minor yet (or did not

@@ -211,3 +211,23 @@ func (e *Engine) waitCovered(ctx context.Context, r *run, minor string) error {
 		}
 	}
 }
+
+// EtcdSnapshotForced says why an upgrade of p would force an etcd
+// snapshot before etcd's own step (etcd's WAL holds entries the new minor
+// refuses at start), "" when it would not. It reads the WAL read-only, as
+// the transaction's first step will; a WAL that cannot be read is the
+// EtcdWALHistory check's to report, and is "" here.
+func (p *Plan) EtcdSnapshotForced() string {
+	if !slices.ContainsFunc(p.Changes, func(c Change) bool { return c.Component == nodestate.Etcd }) {
+		return ""
+	}
+	minor, hazards, err := walHazards(&run{from: p.From, to: p.To})
+	if err != nil || len(hazards) == 0 {
+		return ""
+	}
+	var what []string
+	for _, h := range hazards {
+		what = append(what, fmt.Sprintf("%d entries: %s (%s)", h.Entries, h.What, h.Issue))
+	}
+	return fmt.Sprintf("etcd's WAL holds entries etcd %s refuses at start (%s): the transaction's first step restarts etcd with --snapshot-count=1 until a new snapshot covers them (journaled etcd-snapshot, docs/versions.md), then etcd's own step", minor, strings.Join(what, "; "))
+}

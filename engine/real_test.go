@@ -265,6 +265,10 @@ func TestRealEtcdChain(t *testing.T) {
 	if scan, err := etcddata.ScanWAL(f.node.State.Etcd.DataDir); err != nil || len(scan.Hazards("3.7")) == 0 {
 		t.Fatalf("after 3.5 -> 3.6 the WAL holds no hazard for 3.7 (%+v, %v): the test no longer reaches the remediation", scan, err)
 	}
+	plan, err := f.e.Plan(&Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: kube, Images: map[string]string{nodestate.Etcd: "registry.k8s.io/etcd:3.7.3-0"}})
+	if err != nil || !strings.Contains(plan.EtcdSnapshotForced(), "--snapshot-count=1") {
+		t.Fatalf("the plan of the move to 3.7 does not say a snapshot is forced first (%v)", err)
+	}
 	t0 = time.Now()
 	res, err = move("registry.k8s.io/etcd:3.7.3-0")
 	if err != nil || res.Outcome != Committed {

@@ -45,9 +45,10 @@ func (p planReport) MarshalJSON() ([]byte, error) {
 		Nothing       bool             `json:"nothingToDo"`
 		Message       *string          `json:"message"`
 		EtcdBackup    bool             `json:"etcdBackup"`
+		EtcdSnapshot  string           `json:"etcdSnapshot"`
 		IgnoredChecks []checkJSON      `json:"ignoredChecks"`
 		FailedChecks  []checkJSON      `json:"failedChecks"`
 		Changes       []planChangeJSON `json:"changes"`
 		Images        []planImage      `json:"images"`
-	}{p.From, p.To, p.Nothing, optional(p.Message), p.EtcdBackup, checksJSON(p.IgnoredChecks), checksJSON(p.FailedChecks), changes, p.Images})
+	}{p.From, p.To, p.Nothing, optional(p.Message), p.EtcdBackup, p.EtcdSnapshot, checksJSON(p.IgnoredChecks), checksJSON(p.FailedChecks), changes, p.Images})
 }

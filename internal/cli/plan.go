@@ -148,6 +148,9 @@ type planReport struct {
 	Nothing    bool   `json:"nothingToDo,omitempty"`
 	Message    string `json:"message,omitempty"`
 	EtcdBackup bool   `json:"etcdBackup"`
+	// EtcdSnapshot says why the transaction forces an etcd snapshot
+	// first ("" when it does not).
+	EtcdSnapshot string `json:"etcdSnapshot"`
 	// IgnoredChecks are the failed pre-flight checks let through;
 	// FailedChecks those that refuse it (the diff is shown all the same).
 	IgnoredChecks []versions.Finding `json:"ignoredChecks,omitempty"`
@@ -300,6 +303,7 @@ func (g *globals) showPlan(in planInput) error {
 		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, InputsChanged: c.InputsChanged, Diff: d})
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
+	rep.EtcdSnapshot = plan.EtcdSnapshotForced()
 	if g.json() {
 		if err := g.write(rep); err != nil {
 			return err
@@ -317,6 +321,9 @@ func (g *globals) showPlan(in planInput) error {
 			verb = "apply"
 		}
 		fmt.Fprintf(w, "etcd's manifest changes: %s takes a snapshot of etcd's data first (within --etcd-backup-timeout %s)\n", verb, g.dl.EtcdBackup)
+	}
+	if rep.EtcdSnapshot != "" {
+		fmt.Fprintln(w, rep.EtcdSnapshot)
 	}
 	for _, l := range planImageLines(imgs) {
 		fmt.Fprintln(w, l)
