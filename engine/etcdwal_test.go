@@ -5,6 +5,7 @@ package engine
 // before anything is written, naming the hazard and its etcd issue.
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // writeMemberWAL writes a WAL holding reqs as entries 1..n (no snapshot)
@@ -49,18 +51,23 @@ func writeMemberWAL(t *testing.T, dataDir string, reqs ...pb.Request) {
 // check and what it blocks.
 func TestPreflightEtcdWALHistory(t *testing.T) {
 	publish := pb.Request{ID: 1, Method: "PUT", Path: "/0/members/8e9e05c52164694d/attributes"}
-	v2write := pb.Request{ID: 2, Method: "PUT", Path: "/v2/keys/foo"}
+	v2write := pb.Request{ID: 2, Method: "PUT", Path: "/1/foo"}
+	v2delete := pb.Request{ID: 3, Method: "DELETE", Path: "/1/foo"}
 	for _, c := range []struct {
 		name     string
 		from, to string
 		reqs     []pb.Request
 		damage   bool
 		want     string // in the refusal; "" for none
+		check    string // the refusing check; CheckEtcdWALHistory when ""
 	}{
-		{name: "3.5 v2 write to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, v2write}},
+		{name: "3.5 v2 write to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, v2write, v2delete}},
 		{name: "3.5 publish to 3.7", from: "3.6.16-0", to: "3.7.3-0", reqs: []pb.Request{publish}},
 		{name: "unreadable WAL to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish}, damage: true, want: "cannot be read"},
 		{name: "unreadable WAL within 3.5", from: "3.5.35-0", to: "3.5.36-0", reqs: []pb.Request{v2write}, damage: true},
+		{name: "custom v2 content to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}}, want: "/1/foo", check: CheckEtcdV2Store},
+		{name: "custom v2 content within 3.5", from: "3.5.35-0", to: "3.5.36-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}}},
+		{name: "custom v2 content deleted", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}, {ID: 4, Method: "DELETE", Path: "/1/foo"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := newMemNode(t)
@@ -77,14 +84,17 @@ func TestPreflightEtcdWALHistory(t *testing.T) {
 			from, to := n.st.Clone(), n.st.Clone()
 			from.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.from
 			to.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.to
-			f := preflight{}.etcdWAL(from, to)
+			var f *versions.Finding
+			if fs := (preflight{}).etcdWAL(from, to); len(fs) > 0 {
+				f = &fs[0]
+			}
 			switch {
 			case c.want == "" && f != nil:
 				t.Errorf("refused: %s", f.Message)
 			case c.want != "" && f == nil:
 				t.Errorf("not refused, want a refusal naming %q", c.want)
-			case c.want != "" && (f.Check != CheckEtcdWALHistory || !strings.Contains(f.Message, c.want)):
-				t.Errorf("finding %+v, want %s naming %q", f, CheckEtcdWALHistory, c.want)
+			case c.want != "" && (f.Check != cmp.Or(c.check, CheckEtcdWALHistory) || !strings.Contains(f.Message, c.want)):
+				t.Errorf("finding %+v, want %s naming %q", f, cmp.Or(c.check, CheckEtcdWALHistory), c.want)
 			}
 		})
 	}

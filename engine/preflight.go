@@ -34,13 +34,19 @@ const CheckEtcdHealth = "EtcdHealth"
 // upgrade can only roll back.
 const CheckEtcdWALHistory = "EtcdWALHistory"
 
+// CheckEtcdV2Store is the pre-flight check that etcd's v2 store (its
+// newest snapshot's, with the WAL's v2 requests replayed) holds no custom
+// content when etcd moves to 3.6 or later: etcd 3.6 refuses to start on
+// it, and no snapshot removes it; the content is the operator's.
+const CheckEtcdV2Store = "EtcdV2Store"
+
 // IgnoreAll, in UpgradeOptions.IgnorePreflight, lets every check through.
 const IgnoreAll = "all"
 
 // PreflightChecks is the name of every pre-flight check, in the order
 // their failures are reported.
 func PreflightChecks() []string {
-	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckImagePull, CheckStaticPodKubelet)
+	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet)
 }
 
 // CheckIgnore validates the names of checks to ignore: each a known check
@@ -148,28 +154,39 @@ func (p preflight) etcdHealth(ctx context.Context, st *nodestate.NodeState) *ver
 	return fail("etcd does not answer %s: %s changes etcd, and its data backup and replacement need a healthy etcd; make etcd healthy first (its container log), then %s", t.Health, what, again)
 }
 
-// etcdWAL is the EtcdWALHistory check of a move of etcd from st to to: a
-// read-only scan of the member's WAL from its newest snapshot on. Nil when
-// etcd stays within its minor, when the data dir has no WAL yet, or when
-// the new minor replays every entry.
-func (p preflight) etcdWAL(st, to *nodestate.NodeState) *versions.Finding {
+// etcdWAL is the EtcdWALHistory and EtcdV2Store checks of a move of etcd
+// from st to to: a read-only scan of the member's WAL from its newest
+// snapshot on. None when etcd stays within its minor, when the data dir
+// has no WAL yet, or when the new minor replays every entry and finds no
+// custom v2 content.
+func (p preflight) etcdWAL(st, to *nodestate.NodeState) []versions.Finding {
 	_, minor, moves := etcdMinors(&run{from: st, to: to})
 	if !moves {
 		return nil
-	}
-	fail := func(format string, a ...any) *versions.Finding {
-		return &versions.Finding{Check: CheckEtcdWALHistory, Component: nodestate.Etcd, Message: fmt.Sprintf(format, a...)}
 	}
 	walDir := filepath.Join(st.Etcd.DataDir, "member", "wal")
 	if _, err := os.Stat(walDir); errors.Is(err, fs.ErrNotExist) {
 		return nil // no etcd ran on this data dir yet: nothing to replay
 	}
-	if _, err := etcddata.ScanWAL(st.Etcd.DataDir); err != nil {
-		return fail("etcd's WAL cannot be read to check what etcd %s replays at start: %v; an etcd snapshot cannot be forced without it (docs/versions.md)", minor, err)
+	scan, err := etcddata.ScanWAL(st.Etcd.DataDir)
+	if err != nil {
+		return []versions.Finding{{Check: CheckEtcdWALHistory, Component: nodestate.Etcd, Message: fmt.Sprintf(
+			"etcd's WAL cannot be read to check what etcd %s replays at start: %v; an etcd snapshot cannot be forced without it (docs/versions.md)", minor, err)}}
 	}
 	// Entries the new minor refuses (scan.Hazards) fail no check: the
 	// transaction's first journaled step forces a snapshot that covers
-	// them (forceEtcdSnapshot). Only a WAL that cannot be read does.
+	// them (forceEtcdSnapshot). Custom v2 content does: a snapshot keeps
+	// it, and etcd 3.6 refuses it there too.
+	if scan.V2StoreRefused(minor) {
+		more := ""
+		if n := scan.V2CustomTotal - len(scan.V2Custom); n > 0 {
+			more = fmt.Sprintf(" and %d more", n)
+		}
+		return []versions.Finding{{Check: CheckEtcdV2Store, Component: nodestate.Etcd, Message: fmt.Sprintf(
+			"etcd's v2 store holds custom content (%s%s; /1/KEY is the v2 API's key /KEY): etcd %s refuses to start on it (\"detected disallowed custom content in v2store\"), and no snapshot removes it; "+
+				"move what you need to the v3 API and delete the rest through the v2 API on this etcd (started with --enable-v2: ETCDCTL_API=2 etcdctl rm --recursive /KEY), then plan again (docs/versions.md)",
+			strings.Join(scan.V2Custom, ", "), more, minor)}}
+	}
 	return nil
 }
 

@@ -132,9 +132,7 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 		if f := pf.etcdHealth(ctx, st); f != nil {
 			findings = append(findings, *f)
 		}
-		if f := pf.etcdWAL(st, to); f != nil {
-			findings = append(findings, *f)
-		}
+		findings = append(findings, pf.etcdWAL(st, to)...)
 	}
 	findings = append(findings, staticPodFindings(plan, to.KubernetesVersion)...)
 	if plan.Ignored, err = pf.settle(findings); err != nil {

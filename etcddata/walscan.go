@@ -40,6 +40,14 @@ type WALScan struct {
 	// FirstIndex is the index of the first entry counted in RawV2 or
 	// DisallowedV2 (0: none).
 	FirstIndex uint64
+	// V2Custom is up to 10 keys of the custom content of the v2 store
+	// (the newest snapshot's, with the WAL's v2 requests replayed), and
+	// V2CustomTotal how many there are: etcd 3.6 refuses to start on a v2
+	// store that holds any ("detected disallowed custom content in
+	// v2store"), and no snapshot removes it. Nil when it holds only
+	// etcd's own.
+	V2Custom      []string
+	V2CustomTotal int
 }
 
 // memberAttributes is etcd 3.6's own pattern of a v2 member attributes
@@ -59,8 +67,10 @@ func ScanWAL(dataDir string) (*WALScan, error) {
 		return nil, fmt.Errorf("etcd WAL %s: snapshot entries: %w", walDir, err)
 	}
 	start := walpb.Snapshot{}
+	var v2data []byte
 	if s, err := snap.New(lg, datadir.ToSnapDir(dataDir)).LoadNewestAvailable(walSnaps); err == nil {
 		start = walpb.Snapshot{Index: s.Metadata.Index, Term: s.Metadata.Term}
+		v2data = s.Data
 	} else if !errors.Is(err, snap.ErrNoSnapshot) {
 		return nil, fmt.Errorf("etcd snapshots in %s: %w", datadir.ToSnapDir(dataDir), err)
 	}
@@ -74,7 +84,12 @@ func ScanWAL(dataDir string) (*WALScan, error) {
 		return nil, fmt.Errorf("etcd WAL %s: %w", walDir, err)
 	}
 	out := &WALScan{SnapshotIndex: start.Index, Entries: len(ents)}
+	v2, err := newV2Replay(v2data)
+	if err != nil {
+		return nil, fmt.Errorf("etcd snapshot in %s: its v2 store: %w", datadir.ToSnapDir(dataDir), err)
+	}
 	for _, e := range ents {
+		v2.apply(e)
 		raw, disallowed := classify(e)
 		if raw {
 			out.RawV2++
@@ -86,7 +101,16 @@ func ScanWAL(dataDir string) (*WALScan, error) {
 			out.FirstIndex = e.Index
 		}
 	}
+	if out.V2Custom, out.V2CustomTotal, err = v2.custom(); err != nil {
+		return nil, fmt.Errorf("etcd data %s: its v2 store: %w", dataDir, err)
+	}
 	return out, nil
+}
+
+// V2StoreRefused reports whether an etcd of minor to ("3.6") refuses to
+// start on the member's v2 store: from 3.6 on, custom content in it.
+func (s *WALScan) V2StoreRefused(to string) bool {
+	return s.V2CustomTotal > 0 && minorAtLeast(to, 6)
 }
 
 // classify says whether entry e is a bare v2 request, and whether it is a

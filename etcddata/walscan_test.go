@@ -3,13 +3,16 @@ package etcddata
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/pkg/v3/pbutil"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/snap"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v2store"
 	"go.etcd.io/etcd/server/v3/storage/datadir"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/etcd/server/v3/storage/wal/walpb"
@@ -20,6 +23,12 @@ import (
 // snapshot at index snapAt (0: none), as etcd's own wal and snap packages
 // write them.
 func writeWAL(t *testing.T, data [][]byte, snapAt uint64) string {
+	t.Helper()
+	return writeWALSnap(t, data, snapAt, []byte("{}"))
+}
+
+// writeWALSnap is writeWAL with the snapshot's v2 store data.
+func writeWALSnap(t *testing.T, data [][]byte, snapAt uint64, snapData []byte) string {
 	t.Helper()
 	dir := t.TempDir()
 	lg := zap.NewNop()
@@ -38,7 +47,7 @@ func writeWAL(t *testing.T, data [][]byte, snapAt uint64) string {
 		t.Fatal(err)
 	}
 	if snapAt > 0 {
-		s := raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: snapAt, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{1}}}, Data: []byte("{}")}
+		s := raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: snapAt, Term: 1, ConfState: raftpb.ConfState{Voters: []uint64{1}}}, Data: snapData}
 		if err := snap.New(lg, datadir.ToSnapDir(dir)).SaveSnap(s); err != nil {
 			t.Fatal(err)
 		}
@@ -102,5 +111,68 @@ func TestScanWALHazards(t *testing.T) {
 func TestScanWALNoWAL(t *testing.T) {
 	if _, err := ScanWAL(filepath.Join(t.TempDir(), "nothing")); err == nil {
 		t.Fatal("scan of a data dir without a WAL succeeded")
+	}
+}
+
+// The v2 store etcd 3.6 checks at start: the snapshot's, with the WAL's v2
+// requests replayed as etcd 3.5 applied them. Custom content left in it is
+// refused from 3.6 on (no snapshot removes it); content written and then
+// deleted or expired, and etcd's own entries, are not.
+func TestScanWALV2StoreCustomContent(t *testing.T) {
+	req := func(r pb.Request) []byte { return pbutil.MustMarshal(&r) }
+	wrapped := func(r pb.Request) []byte { return pbutil.MustMarshal(&pb.InternalRaftRequest{ID: r.ID, V2: &r}) }
+	store := func(keys ...string) []byte {
+		st := v2store.New("/0", "/1")
+		for _, k := range keys {
+			if _, err := st.Set(k, false, "v", v2store.TTLOptionSet{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := st.Save()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	publish := req(pb.Request{ID: 1, Method: "PUT", Path: "/0/members/8e9e05c52164694d/attributes", Val: `{"name":"cp-1"}`})
+	version := req(pb.Request{ID: 2, Method: "PUT", Path: "/0/version", Val: "3.5.0"})
+	put := wrapped(pb.Request{ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"})
+	del := wrapped(pb.Request{ID: 4, Method: "DELETE", Path: "/1/foo"})
+	past := time.Now().Add(-time.Hour)
+	expiring := wrapped(pb.Request{ID: 5, Method: "PUT", Path: "/1/lease", Val: "x", Expiration: past.UnixNano()})
+	sync := req(pb.Request{ID: 6, Method: "SYNC", Time: time.Now().UnixNano()})
+	for _, c := range []struct {
+		name     string
+		data     [][]byte
+		snapAt   uint64
+		snapData []byte
+		want     []string
+	}{
+		{name: "a v2 write", data: [][]byte{publish, put}, want: []string{"/1/foo"}},
+		{name: "written then deleted", data: [][]byte{publish, put, del}},
+		{name: "only etcd's own", data: [][]byte{publish, version}},
+		{name: "expired by a sync", data: [][]byte{expiring, sync}},
+		{name: "in the snapshot", data: [][]byte{publish, publish}, snapAt: 1, snapData: store("/1/kept", "/1/dir/leaf"), want: []string{"/1/dir/leaf", "/1/kept"}},
+		{name: "the snapshot's deleted after it", data: [][]byte{publish, wrapped(pb.Request{ID: 7, Method: "DELETE", Path: "/1/kept"})}, snapAt: 1, snapData: store("/1/kept")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			snapData := c.snapData
+			if snapData == nil {
+				snapData = store()
+			}
+			s, err := ScanWAL(writeWALSnap(t, c.data, c.snapAt, snapData))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.V2Custom, c.want) || s.V2CustomTotal != len(c.want) {
+				t.Errorf("custom v2 content %v (%d), want %v", s.V2Custom, s.V2CustomTotal, c.want)
+			}
+			if got := s.V2StoreRefused("3.6"); got != (len(c.want) > 0) {
+				t.Errorf("refused by 3.6: %v, want %v", got, len(c.want) > 0)
+			}
+			if s.V2StoreRefused("3.5") {
+				t.Error("refused by 3.5, which reads its own v2 store")
+			}
+		})
 	}
 }
