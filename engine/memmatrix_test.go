@@ -489,12 +489,14 @@ type memScenario struct {
 	// setup runs before the transaction, on an engine without a hook.
 	setup func(t *testing.T, n *memNode)
 	run   func(ctx context.Context, e *Engine, n *memNode) (Result, error)
+	// verify, if set, says what else is wrong once the case converged.
+	verify func(n *memNode) []string
 }
 
 func memScenarios(st *nodestate.NodeState) []memScenario {
 	roster := manifest.NamesFor(st)
-	// commitUpgrade commits an upgrade that leaves etcd as it is (rollback
-	// --last refuses to move etcd down a minor).
+	// commitUpgrade commits an upgrade that leaves etcd as it is (the
+	// rollback --last of one that moves it is rollback-last-etcd-down).
 	commitUpgrade := func(t *testing.T, n *memNode) {
 		t.Helper()
 		if res, err := n.engine(nil).Run(t.Context(), release(n.st, false, "", ""), nil); err != nil || res.Outcome != Committed {
@@ -503,7 +505,7 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 	}
 	noEtcd := map[fault.Point]string{}
 	for _, s := range fault.Steps {
-		noEtcd[s.Of(nodestate.Etcd)] = "the upgrade it undoes left etcd as it was (rollback --last refuses an etcd minor downgrade), so etcd is not in its plan"
+		noEtcd[s.Of(nodestate.Etcd)] = "the upgrade it undoes left etcd as it was, so etcd is not in its plan"
 	}
 	noEtcd[fault.AfterEtcdAnswered] = noEtcd[fault.Steps[0].Of(nodestate.Etcd)]
 	// An upgrade whose new etcd never answers fails at etcd, the first
@@ -601,6 +603,31 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			setup:     commitUpgrade,
 			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
 				return e.RollbackLast(ctx)
+			},
+		},
+		{
+			// The undo of an upgrade that moved etcd 3.5 -> 3.6: its etcd
+			// step first downgrades etcd's data with etcd's protocol
+			// (journaled etcd-downgraded before etcd's mark, issue 30).
+			name:      "rollback-last-etcd-down",
+			points:    fault.EtcdDownPoints(roster),
+			notOnPath: map[fault.Point]string{fault.AfterEtcdBackup: lastApplies[fault.AfterEtcdBackup]},
+			want:      Committed,
+			setup: func(t *testing.T, n *memNode) {
+				t.Helper()
+				if res, err := n.engine(nil).Run(t.Context(), release(n.st, true, "", ""), nil); err != nil || res.Outcome != Committed {
+					t.Fatalf("setup upgrade to etcd 3.6: %+v %v", res, err)
+				}
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.RollbackLast(ctx)
+			},
+			verify: func(n *memNode) []string {
+				last, err := n.j.History(1)
+				if err != nil || len(last) == 0 || !etcdDowngraded(n.j, last[0].ID) || n.etcd.downgrades == 0 {
+					return []string{fmt.Sprintf("the rollback --last put etcd 3.5 back without etcd's downgrade (%d downgrades, %v)", n.etcd.downgrades, err)}
+				}
+				return nil
 			},
 		},
 		{
@@ -710,6 +737,9 @@ func memCase(t *testing.T, n *memNode, sc memScenario, pt fault.Point, after fun
 		t.Errorf("Resume: %+v %v", res, err)
 	}
 	problems = append(problems, n.converged(sc.want)...)
+	if sc.verify != nil {
+		problems = append(problems, sc.verify(n)...)
+	}
 	if len(problems) > 0 || t.Failed() {
 		t.Logf("engine events:\n%s\nmodel events:\n%s", strings.Join(n.events, "\n"), strings.Join(n.k.Events(), "\n"))
 	}
@@ -719,7 +749,8 @@ func memCase(t *testing.T, n *memNode, sc memScenario, pt fault.Point, after fun
 // TestMemMatrix is the crash matrix on the kubelet model: every point of an
 // upgrade that commits, of one that rolls back (its kube-scheduler never
 // listens), of a restart of every component, of a stop and a start of the
-// scheduler, of a rollback --last, and of a rollback --last that rolls back;
+// scheduler, of a rollback --last, of one that moves etcd down a minor
+// (etcd's downgrade first), and of a rollback --last that rolls back;
 // each as a crash of stratum-upgrade alone and as a reboot; on the
 // default node and on one with a VIP (kube-vip has no health endpoint).
 func TestMemMatrix(t *testing.T) {

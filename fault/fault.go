@@ -90,6 +90,15 @@ func UpgradePoints(roster []string) []Point {
 	return append(pts, AfterApply, BeforeCommit, AfterCommit)
 }
 
+// EtcdDownPoints is every point of a transaction that moves etcd down a
+// minor (a rollback --last of an upgrade that moved it up): the upgrade's,
+// with etcd's downgrade (AfterEtcdDowngrade) before etcd's own step.
+func EtcdDownPoints(roster []string) []Point {
+	pts := UpgradePoints(roster)
+	i := slices.Index(pts, AfterEtcdBackup) + 1
+	return slices.Insert(pts, i, AfterEtcdDowngrade)
+}
+
 // EtcdSilentPoints is every point of an upgrade whose new etcd never
 // answers, from the journaled silence on: AfterEtcdSilent, then the
 // rollback's points over roster.
