@@ -37,11 +37,12 @@ type undo struct {
 // retained snapshot (and its node state), a stop by starting the
 // components it stopped, a start by stopping the ones it started. A
 // restart changed nothing to undo (ErrNothingToDo). What it cannot undo
-// (a rollback-last, a snapshot retention removed, etcd's minor going
-// down, the control plane going down) is refused with ErrCannotUndo before
-// anything is journaled; the message names the command to run instead.
-// etcd's data is never restored: after a commit it holds writes the
-// snapshot does not.
+// (a rollback-last, a snapshot retention removed, etcd's minor going down
+// by more than one or below 3.6, the control plane going down) is refused
+// with ErrCannotUndo before anything is journaled; the message names the
+// command to run instead. etcd's data is never restored: after a commit it
+// holds writes the snapshot does not. etcd going down one minor is done
+// with etcd's downgrade protocol before etcd's step (downgradeBeforeStep).
 func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	if open, err := e.j.OpenTxn(); err != nil {
 		return Result{}, err
