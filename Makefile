@@ -180,7 +180,7 @@ kubeadm-fixtures: ## rewrite testdata/kubeadm/<version>/<config>/ with the real 
 # The kubeadm-shaped cluster runs the real kube-apiserver, so ha builds
 # the real binaries first (seconds once cached): without them its tests
 # would skip and make ha would pass without them.
-ha: real-binaries ## three nodes of one real etcd cluster: concurrent runs serialize, a crash mid-transaction resumes, a rollback halts the rollout, the quorum gate, a node cut off in its etcd step (root, iproute2); the kubeadm-shaped cluster on the real kube-apiserver (built first by real-binaries); prints the availability figures (about 12 minutes)
+ha: real-binaries ## three nodes of one real etcd cluster: concurrent runs serialize, a crash mid-transaction resumes, a rollback halts the rollout, the quorum gate, etcd downgraded after the last member's point of no return (and crashed there), a node cut off in its etcd step (root, iproute2); the kubeadm-shaped cluster on the real kube-apiserver (built first by real-binaries); prints the availability figures (about 13 minutes)
 	STRATUM_HA=1 $(GO) test -p 1 -count=1 -timeout 20m -json -run '^TestHA' ./engine ./cmd/stratum-upgrade \
 		| $(GO) run ./internal/harness/cmd/hafigures -doc docs/performance.md
 
