@@ -98,8 +98,14 @@ func checkOneAtATime(t *testing.T, spans []span) {
 	}
 }
 
-// view is the rollout as node 1 sees it in etcd.
+// view is the rollout as f's node sees it in etcd.
 func view(t *testing.T, f *fixture) *cluster.View {
+	return askCluster(t, f, (*cluster.Coordinator).View)
+}
+
+// askCluster connects to the cluster through f's member and returns what
+// ask reads there, within 10 s.
+func askCluster[T any](t *testing.T, f *fixture, ask func(*cluster.Coordinator, context.Context) (T, error)) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -108,7 +114,7 @@ func view(t *testing.T, f *fixture) *cluster.View {
 		t.Fatal(err)
 	}
 	defer co.Close()
-	v, err := co.View(ctx)
+	v, err := ask(co, ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,19 +368,7 @@ func TestHAEtcdDowngradeResumesAfterACrash(t *testing.T) {
 
 // etcdDowngrade is the downgrade etcd reports, read through f's member.
 func etcdDowngrade(t *testing.T, f *fixture) *cluster.EtcdDowngrade {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	co, err := cluster.Connect(ctx, cluster.Config{Local: etcddata.Endpoint(f.node.State), Node: f.node.State.NodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.Close()
-	d, err := co.EtcdDowngrade(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return askCluster(t, f, (*cluster.Coordinator).EtcdDowngrade)
 }
 
 // TestHAResumeRecordsALostEnd: node-1's transaction rolls back, but the

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/pkg/v3/pbutil"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v2store"
@@ -49,20 +48,7 @@ func newV2Replay(data []byte) (*v2Replay, error) {
 // Member attributes and the cluster version never touch the store, and
 // membership changes only its cluster namespace: neither is custom.
 func (v *v2Replay) apply(e raftpb.Entry) {
-	if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
-		return
-	}
-	var r *pb.Request
-	var rr pb.InternalRaftRequest
-	if pbutil.MaybeUnmarshal(&rr, e.Data) {
-		r = rr.V2
-	} else {
-		var raw pb.Request
-		if !pbutil.MaybeUnmarshal(&raw, e.Data) {
-			return
-		}
-		r = &raw
-	}
+	r, _, _ := v2Request(e)
 	if r == nil {
 		return
 	}

@@ -116,25 +116,34 @@ func (s *WALScan) V2StoreRefused(to string) bool {
 // classify says whether entry e is a bare v2 request, and whether it is a
 // v2 request etcd 3.6 refuses (apply_v2.go's v2ToV3Request).
 func classify(e raftpb.Entry) (raw, disallowed bool) {
-	if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
-		return false, false
-	}
-	var v2 *pb.Request
-	var rr pb.InternalRaftRequest
-	if pbutil.MaybeUnmarshal(&rr, e.Data) {
-		v2 = rr.V2
-	} else {
-		var r pb.Request
-		if !pbutil.MaybeUnmarshal(&r, e.Data) {
-			return true, true // neither: no etcd decodes it
-		}
-		raw, v2 = true, &r
+	v2, raw, ok := v2Request(e)
+	if !ok {
+		return true, true // neither: no etcd decodes it
 	}
 	if v2 == nil {
 		return raw, false
 	}
 	allowed := v2.Method == http.MethodPut && (memberAttributes.MatchString(v2.Path) || v2.Path == membership.StoreClusterVersionKey())
 	return raw, !allowed
+}
+
+// v2Request is the v2 request of a normal entry, nil when it holds none
+// (a v3 request, an empty or conf-change entry); raw when it is a bare
+// pb.Request (etcd 3.5 proposes some so) rather than an
+// InternalRaftRequest's V2. ok is false when the entry decodes as neither.
+func v2Request(e raftpb.Entry) (r *pb.Request, raw, ok bool) {
+	if e.Type != raftpb.EntryNormal || len(e.Data) == 0 {
+		return nil, false, true
+	}
+	var rr pb.InternalRaftRequest
+	if pbutil.MaybeUnmarshal(&rr, e.Data) {
+		return rr.V2, false, true
+	}
+	var bare pb.Request
+	if !pbutil.MaybeUnmarshal(&bare, e.Data) {
+		return nil, false, false
+	}
+	return &bare, true, true
 }
 
 // Hazard is one kind of entry in a member's WAL that etcd of minor Minor
