@@ -181,12 +181,23 @@ func (c *Coordinator) Close() error { return c.cli.Close() }
 // Release; its lease is kept alive in the background and lost TTL after
 // this process stops or is cut off.
 func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, error) {
+	return c.AcquireEtcdDown(ctx, kind, resume, "")
+}
+
+// AcquireEtcdDown is Acquire for a transaction that moves this node's etcd
+// down to minor etcdDownTo ("3.6"; "" when it does not). While etcd reports
+// a downgrade to that minor enabled, a halt lets such a rollback --last
+// (kind KindRollbackLast) through: it is how each member still on the
+// newer minor goes back after a rollback past the cluster version
+// enabled the downgrade. Another node's open transaction still makes it
+// wait, as any.
+func (c *Coordinator) AcquireEtcdDown(ctx context.Context, kind, resume, etcdDownTo string) (*Hold, error) {
 	deadline := time.Now().Add(c.cfg.Wait)
 	told := ""
 	var last *BusyError
 	var unreachable time.Time
 	for {
-		h, err := c.acquireOnce(ctx, kind, resume, deadline)
+		h, err := c.acquireOnce(ctx, kind, resume, etcdDownTo, deadline)
 		var busy *BusyError
 		if errors.Is(err, ErrLockTimeout) && last != nil {
 			// The wait ran out while the lock changed hands: what it
@@ -236,7 +247,7 @@ func (c *Coordinator) Acquire(ctx context.Context, kind, resume string) (*Hold, 
 }
 
 // acquireOnce takes the lock (waiting until deadline) and checks under it.
-func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume string, deadline time.Time) (*Hold, error) {
+func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume, etcdDownTo string, deadline time.Time) (*Hold, error) {
 	ttl := int64((c.cfg.TTL + time.Second - 1) / time.Second)
 	gctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	lease, err := c.cli.Grant(gctx, ttl)
@@ -254,7 +265,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, kind, resume string, dead
 		return nil, err
 	}
 	h := &Hold{c: c, s: s, m: m}
-	if err := h.check(ctx, kind, resume); err != nil {
+	if err := h.check(ctx, kind, resume, etcdDownTo); err != nil {
 		h.Release()
 		return nil, err
 	}

@@ -37,11 +37,12 @@ var ErrBeginUnknown = errors.New("whether the cluster recorded the transaction i
 // check refuses under the lock: a halt, or another node with a transaction
 // open. A resumed transaction (resume != "") that the cluster recorded as
 // this node's is its own, begun when it owned the rollout: neither refuses
-// it. A halt lets a rollback --last (kind KindRollbackLast) through while
-// etcd reports a downgrade enabled (EtcdDowngrade). One the cluster has no record of (the node crashed between its
+// it. One the cluster has no record of (the node crashed between its
 // journal's begin and the cluster's) never owned the rollout, and neither
-// does one Forget closed since: each is checked as a new one.
-func (h *Hold) check(ctx context.Context, kind, resume string) error {
+// does one Forget closed since: each is checked as a new one. A halt lets
+// through a rollback --last that moves this node's etcd down to the minor
+// etcd reports a downgrade enabled to (etcdDownTo, AcquireEtcdDown).
+func (h *Hold) check(ctx context.Context, kind, resume, etcdDownTo string) error {
 	v, err := h.c.View(ctx)
 	if err != nil {
 		return err
@@ -60,22 +61,14 @@ func (h *Hold) check(ctx context.Context, kind, resume string) error {
 		}
 	}
 	if v.Halt != nil {
-		if kind == KindRollbackLast {
-			// A rollback past etcd's cluster version enabled etcd's
-			// downgrade and halted the rollout: the members still on the
-			// newer minor go back each in its node's rollback --last,
-			// which the halt lets through while etcd reports the
-			// downgrade (decided from etcd, not from the halt's text).
-			d, err := h.c.EtcdDowngrade(ctx)
-			if err != nil {
-				return err
-			}
-			if d != nil {
-				h.c.cfg.Log.Info("the rollout is halted, but etcd downgrades: rollback --last goes back with it", "target", d.Target, "halt", v.Halt.Txn)
-				return nil
-			}
+		through, err := h.downgradeThrough(ctx, kind, etcdDownTo)
+		if err != nil {
+			return err
 		}
-		return &HaltedError{Halt: *v.Halt}
+		if !through {
+			return &HaltedError{Halt: *v.Halt}
+		}
+		h.c.cfg.Log.Info("the rollout is halted, but etcd downgrades to this transaction's etcd minor: rollback --last goes back with it", "target", etcdDownTo, "halt", v.Halt.Txn)
 	}
 	for _, p := range v.Nodes {
 		if p.Node != h.c.cfg.Node && p.Open() {
@@ -83,6 +76,20 @@ func (h *Hold) check(ctx context.Context, kind, resume string) error {
 		}
 	}
 	return nil
+}
+
+// downgradeThrough reports whether a halt lets this transaction through:
+// a rollback --last that moves this node's etcd down to the minor etcd
+// reports a downgrade enabled to (decided from etcd, not from the halt).
+func (h *Hold) downgradeThrough(ctx context.Context, kind, etcdDownTo string) (bool, error) {
+	if kind != KindRollbackLast || etcdDownTo == "" {
+		return false, nil
+	}
+	d, err := h.c.EtcdDowngrade(ctx)
+	if err != nil || d == nil {
+		return false, err
+	}
+	return minorOf(d.Target) == etcdDownTo, nil
 }
 
 // Begin records the node's transaction as open, only while this node holds

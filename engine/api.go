@@ -233,7 +233,8 @@ func (e *Engine) driveOwn(ctx context.Context, txn *journal.Txn, first func() er
 	if c != nil {
 		defer c.Close()
 	}
-	return e.coordinated(ctx, t, c, from, txn.Kind, txn.ID, func() (Result, error) {
+	to, _ := nodestate.Parse(txn.To) // only to let a rollback --last through a downgrade's halt
+	return e.coordinated(ctx, t, c, from, to, txn.Kind, txn.ID, func() (Result, error) {
 		if err := first(); err != nil {
 			return Result{Txn: txn.ID}, err
 		}

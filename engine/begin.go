@@ -63,7 +63,7 @@ func (e *Engine) begin(ctx context.Context, kind string, st *nodestate.NodeState
 	if err != nil {
 		return Result{}, err
 	}
-	return e.coordinated(ctx, t, c, p.From, kind, "", func() (Result, error) {
+	return e.coordinated(ctx, t, c, p.From, p.To, kind, "", func() (Result, error) {
 		// Asked once the rollout lock is held, right before Begin.
 		down := e.downBefore(ctx, p.From)
 		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: b.release, Source: b.source, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored), Down: down})

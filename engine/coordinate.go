@@ -32,10 +32,12 @@ type Coordination struct {
 // member. c is the coordinator t was read through (nil when etcd could not
 // be reached then: it is connected again here, and a cluster that cannot be
 // reached ends the command). resume is the open transaction being driven
-// again ("" for a new one). f's result decides how the node's progress
+// again ("" for a new one); to is the state it moves to (nil when not
+// known), whose etcd minor, when lower, a halted rollout lets a rollback
+// --last go back to while etcd downgrades. f's result decides how the node's progress
 // ends: an outcome ends it (a rollback halts the rollout), an open
 // transaction leaves it open, so that it keeps owning the rollout.
-func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordinator, st *nodestate.NodeState, kind, resume string, f func() (Result, error)) (Result, error) {
+func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordinator, st, to *nodestate.NodeState, kind, resume string, f func() (Result, error)) (Result, error) {
 	e.top = t
 	defer func() { e.top = topology{} }()
 	e.keep(t, c)
@@ -50,7 +52,7 @@ func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordin
 		defer c.Close()
 		e.saveEndpoints(c.Endpoints())
 	}
-	h, err := c.Acquire(ctx, kind, resume)
+	h, err := c.AcquireEtcdDown(ctx, kind, resume, etcdDownTo(st, to))
 	if err != nil {
 		return Result{Txn: resume}, err
 	}
@@ -231,4 +233,17 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 	}
 	e.event(last.ID, last.Phase, "cluster-end", "", "", fmt.Sprintf("recorded in the cluster that transaction %s ended %s: the write had failed when it ended, and the other nodes waited for it", last.ID, last.Phase))
 	return Result{Outcome: Nothing, Txn: last.ID}, nil
+}
+
+// etcdDownTo is the etcd minor ("3.6") a transaction from st to to moves
+// etcd down to, "" when it does not move it down (or to is nil).
+func etcdDownTo(st, to *nodestate.NodeState) string {
+	if to == nil {
+		return ""
+	}
+	from, down, moves := etcdMinors(&run{from: st, to: to})
+	if !moves || cluster.MinorAtLeast(down+".0", from) {
+		return ""
+	}
+	return down
 }
