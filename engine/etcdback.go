@@ -94,7 +94,7 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, string
 		ranSays = "never answered"
 	}
 	pause := func(what string) error {
-		return fmt.Errorf("%w: waiting for %s: this member's etcd %s %s (%s), so the old etcd goes back only once the cluster version is known to stay %s; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranSays, ranWhy, from)
+		return fmt.Errorf("%w: waiting for %s: this member's etcd %s %s (%s), so how the old etcd goes back (swapped back while the cluster version stays %s, or after etcd's downgrade protocol once it moved) is decided only once it is known; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranSays, ranWhy, from)
 	}
 	unread := func() error {
 		switch {
@@ -158,7 +158,9 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, string
 // (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is).
 func (e *Engine) downgradeOrRefuse(ctx context.Context, r *run, why string) (string, string, error) {
 	from, to, _ := etcdMinors(r)
-	if t, err := manifest.Target(r.to, nodestate.Etcd); err == nil && e.procs.Active(ctx, t) {
+	// Waited for, not probed once: a new etcd restarting now (its step
+	// failing is a common cause of the rollback) may answer in a moment.
+	if t, err := manifest.Target(r.to, nodestate.Etcd); err == nil && e.procs.WaitActive(ctx, t, e.dl.Active) == nil {
 		return journal.EtcdDowngrade, fmt.Sprintf("%s: etcd's downgrade protocol sets the cluster back to %s through this member's etcd %s, every write kept; then the old etcd goes back here, and each other member goes back with `stratum-upgrade rollback --last` on its node", why, from, to), nil
 	}
 	return "", "", fmt.Errorf("%w: %s, and this member's etcd %s does not answer, so etcd's downgrade protocol cannot run through it and etcd %s cannot start on its data; nothing was restored: make this member's etcd %s run and answer, then fix the failing component and run the release again, or downgrade the cluster with etcdctl downgrade (docs/ha.md)", ErrEtcdPointOfNoReturn, why, to, from, to)

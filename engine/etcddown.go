@@ -63,8 +63,11 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	// A resume after a reboot finds kubelet starting the new etcd again:
 	// it is waited for, not taken for one that cannot downgrade.
 	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
-		if ctx.Err() != nil {
-			return "", fmt.Errorf("%w: %v", errResumable, err)
+		if ctx.Err() != nil || !e.top.single() {
+			// A member of several has no backup to fall back on; its
+			// etcd may wait for the others (a whole cluster rebooting):
+			// the rollback pauses, the new etcd left as it is.
+			return "", fmt.Errorf("%w: etcd %s does not answer, so etcd's downgrade protocol cannot run yet: %v; run `stratum-upgrade resume` once it answers", errResumable, to, err)
 		}
 		why := fmt.Sprintf("etcd %s no longer answers (%v), so etcd's downgrade protocol cannot run: %s", to, err, e.backupLoses(ctx, r))
 		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
@@ -167,8 +170,10 @@ func loses(r *run, rev int64) string {
 // it; then wait until this member's storage version is the target). It
 // is journaled (StepEtcdDowngraded, in the applying phase) before the
 // step's mark, so a resumed step does not ask a stopped etcd again. A
-// refusal fails the step before etcd is touched, and the transaction
-// rolls back with etcd never written.
+// failure fails the step with etcd's manifest never written, and the
+// transaction rolls back leaving the member alone; a downgrade this step
+// enabled is cancelled first (etcdctl downgrade cancel), one enabled
+// before is left as it was.
 func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phase, comp string) error {
 	from, to, moves := etcdMinors(r)
 	if comp != nodestate.Etcd || p == journal.PhaseRollingBack || !moves || cluster.MinorAtLeast(to+".0", from) {
@@ -183,7 +188,16 @@ func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phas
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: %v", errResumable, err)
 		}
-		return fmt.Errorf("%s: %w; etcd %s still runs here, untouched", comp, err, from)
+		left := fmt.Sprintf("etcd %s still runs here, its manifest not rewritten", from)
+		switch {
+		case !got.Enabled:
+			left += "; a downgrade enabled before this step stays as it was (status --cluster shows it; etcdctl downgrade cancel ends it)"
+		case e.etcd.CancelDowngrade(ctx, r.from) != nil:
+			left += fmt.Sprintf("; etcd's downgrade to %s, which this step enabled, could not be cancelled: run etcdctl downgrade cancel", to)
+		default:
+			left += fmt.Sprintf("; etcd's downgrade to %s, which this step enabled, was cancelled", to)
+		}
+		return fmt.Errorf("%s: %w; %s", comp, err, left)
 	}
 	e.hit(fault.AfterEtcdDowngrade)
 	why := fmt.Sprintf("storage version %s at revision %d", got.StorageVersion, got.Revision)

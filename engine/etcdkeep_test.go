@@ -7,10 +7,13 @@ package engine
 // engine's etcdVersions seam.
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -133,4 +136,48 @@ func TestEtcdDataNotKeptWhenTheNewerMinorAnswered(t *testing.T) {
 		t.Errorf("decision %+v, want the data not kept because etcd 3.6 answered on it", d)
 	}
 	n.expectConverged(RolledBack)
+}
+
+// A rollback --last that moves etcd down a minor downgrades etcd's data
+// first; when that fails, the step fails with etcd's manifest never
+// rewritten and the transaction rolls back. A downgrade the step enabled
+// itself is cancelled (the cluster version goes back up); one it found
+// enabled, or never got to enable, is left alone.
+func TestRollbackLastEtcdDownFailsCleanly(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		afterEnable bool
+		cancels     int
+		says        string
+	}{
+		{name: "refused by validate", cancels: 0, says: "stays as it was"},
+		{name: "storage version never moved", afterEnable: true, cancels: 1, says: "was cancelled"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newMemNode(t)
+			if res, err := n.engine(nil).Run(t.Context(), release(n.st, true, "", ""), nil); err != nil || res.Outcome != Committed {
+				t.Fatalf("upgrade to etcd 3.6: %+v %v", res, err)
+			}
+			upgraded, err := n.store.Read(nodestate.Etcd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refusal := fmt.Errorf("%w: the test refuses it", etcddata.ErrDowngradeRefused)
+			if c.afterEnable {
+				n.etcd.refuseAfterEnable = refusal
+			} else {
+				n.etcd.refuse = refusal
+			}
+			res, err := n.engine(nil).RollbackLast(t.Context())
+			if !errors.Is(err, ErrRolledBack) || !strings.Contains(res.Reason, c.says) {
+				t.Fatalf("rollback --last: %+v %v, want rolled back saying %q", res, err, c.says)
+			}
+			if got, err := n.store.Read(nodestate.Etcd); err != nil || !bytes.Equal(got, upgraded) {
+				t.Errorf("etcd's manifest changed (%v): the failed downgrade must leave etcd 3.6 as it ran", err)
+			}
+			if n.etcd.cancels != c.cancels {
+				t.Errorf("%d downgrade cancels, want %d", n.etcd.cancels, c.cancels)
+			}
+		})
+	}
 }

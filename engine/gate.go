@@ -35,21 +35,26 @@ const leaderMoveTimeout = 30 * time.Second
 // stop's, first run and resume alike. A member with no etcd process
 // running has nothing to stop (a start, or a resumed step whose stop had
 // begun): it is not gated. A rollback's stop of etcd passes rollbackGate.
-// A step that moves etcd down a minor first downgrades its data
-// (downgradeBeforeStep), single member or not.
+// A step that moves etcd down a minor downgrades its data first
+// (downgradeBeforeStep), single member or not; on a member of several,
+// once the quorum gate has passed, so that a gate that refuses leaves no
+// downgrade enabled.
 func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
-	if err := e.downgradeBeforeStep(ctx, r, p, comp); err != nil {
-		return err
-	}
-	if comp != nodestate.Etcd || e.hold == nil {
+	if comp != nodestate.Etcd {
 		return nil
 	}
 	if p == journal.PhaseRollingBack {
+		if e.hold == nil {
+			return nil
+		}
 		return e.rollbackGate(ctx, r)
+	}
+	if e.hold == nil {
+		return e.downgradeBeforeStep(ctx, r, p, comp)
 	}
 	if !e.etcdRuns(r) {
 		e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
-		return nil
+		return e.downgradeBeforeStep(ctx, r, p, comp)
 	}
 	self := r.from.Etcd.MemberName
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
@@ -57,10 +62,13 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	if err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
+	if err := e.downgradeBeforeStep(ctx, r, p, comp); err != nil {
+		return err
+	}
 	if from, to, moves := etcdMinors(r); moves && !cluster.MinorAtLeast(from+".0", to) {
 		if last, _ := h.OthersOnMinor(to); last {
 			e.event(r.txn.ID, p, "etcd-point-of-no-return", comp, "", fmt.Sprintf(
-				"point of no return: every other etcd member runs %s; once %s does, the cluster version moves to %s and an etcd %s cannot start on this member's data, so a rollback after this step keeps etcd %s (docs/ha.md)", to, self, to, from, to))
+				"point of no return: every other etcd member runs %s; once %s does, the cluster version moves to %s and an etcd %s cannot start on this member's data, so a rollback after this step first downgrades the cluster with etcd's downgrade protocol through this member, and the other members go back with rollback --last (docs/ha.md)", to, self, to, from))
 		}
 	}
 	if h.Leader == h.Self {

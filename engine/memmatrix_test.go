@@ -216,7 +216,11 @@ type fakeEtcd struct {
 	// refuse, when set, is what every Downgrade fails with (etcd refused
 	// it): the rollback falls back to the backup.
 	refuse error
-	faults []string
+	// refuseAfterEnable, when set, is what every Downgrade fails with
+	// after it enabled the downgrade (the storage version wait ran out).
+	refuseAfterEnable error
+	cancels           int
+	faults            []string
 }
 
 // fakeRevision is the revision the fake etcd reports: the backup's (7)
@@ -234,8 +238,16 @@ func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target 
 	if f.refuse != nil {
 		return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
 	}
+	if f.refuseAfterEnable != nil {
+		return etcddata.Downgraded{Revision: fakeRevision, Enabled: true}, f.refuseAfterEnable
+	}
 	f.downgrades++
 	return etcddata.Downgraded{StorageVersion: target + ".0", Revision: fakeRevision}, nil
+}
+
+func (f *fakeEtcd) CancelDowngrade(context.Context, *nodestate.NodeState) error {
+	f.cancels++
+	return nil
 }
 
 func (f *fakeEtcd) Revision(context.Context, *nodestate.NodeState) (int64, error) {

@@ -74,6 +74,9 @@ type EtcdData interface {
 	// Downgrade moves the running member's data back to minor target
 	// with etcd's downgrade protocol (etcddata.Downgrade).
 	Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error)
+	// CancelDowngrade cancels the downgrade the member's cluster has
+	// enabled (etcddata.CancelDowngrade).
+	CancelDowngrade(ctx context.Context, st *nodestate.NodeState) error
 	// Revision is the running member's revision.
 	Revision(ctx context.Context, st *nodestate.NodeState) (int64, error)
 }
@@ -99,6 +102,10 @@ func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddat
 
 func (etcdData) Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error) {
 	return etcddata.Downgrade(ctx, etcddata.Endpoint(st), target, timeout)
+}
+
+func (etcdData) CancelDowngrade(ctx context.Context, st *nodestate.NodeState) error {
+	return etcddata.CancelDowngrade(ctx, etcddata.Endpoint(st))
 }
 
 func (etcdData) Revision(ctx context.Context, st *nodestate.NodeState) (int64, error) {

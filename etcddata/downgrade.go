@@ -26,6 +26,9 @@ var ErrDowngradeRefused = errors.New("etcd refused the downgrade")
 type Downgraded struct {
 	StorageVersion string
 	Revision       int64
+	// Enabled says that this call enabled the downgrade (validate and
+	// enable ran), rather than finding it enabled already.
+	Enabled bool
 }
 
 // Downgrade moves the cluster of the member at cfg to minor target ("3.5")
@@ -93,6 +96,7 @@ func Downgrade(ctx context.Context, cfg ClientConfig, target string, timeout tim
 				return fail(fmt.Errorf("%w: %s: %v", ErrDowngradeRefused, actionName(a), err))
 			}
 		}
+		out.Enabled = true
 		slog.Info("etcd downgrade enabled", "endpoint", cfg.Endpoint, "target", target)
 	}
 	deadline := time.Now().Add(timeout)
@@ -115,6 +119,31 @@ func Downgrade(ctx context.Context, cfg ClientConfig, target string, timeout tim
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// CancelDowngrade cancels the downgrade the cluster of the member at cfg
+// has enabled (etcdctl downgrade cancel): the cluster version goes back up
+// to the lowest server version of its members.
+func CancelDowngrade(ctx context.Context, cfg ClientConfig) error {
+	tlsCfg, err := cfg.tlsConfig()
+	if err != nil {
+		return err
+	}
+	dialTimeout := cfg.DialTimeout
+	if dialTimeout <= 0 {
+		dialTimeout = DefaultDialTimeout
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfg.Endpoint}, TLS: tlsCfg, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcd client for %s: %w", cfg.Endpoint, err)
+	}
+	defer cli.Close()
+	actx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	if _, err := cli.Downgrade(actx, clientv3.DowngradeCancel, ""); err != nil {
+		return fmt.Errorf("etcd downgrade cancel through %s: %w", cfg.Endpoint, err)
+	}
+	return nil
 }
 
 // sameMinor reports whether version v ("3.5.0", "3.5") is minor want's.
