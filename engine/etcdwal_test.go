@@ -60,6 +60,7 @@ func TestPreflightEtcdWALHistory(t *testing.T) {
 		damage   bool
 		want     string // in the refusal; "" for none
 		check    string // the refusing check; CheckEtcdWALHistory when ""
+		v2depr   string // the target etcd's --v2-deprecation
 	}{
 		{name: "3.5 v2 write to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, v2write, v2delete}},
 		{name: "3.5 publish to 3.7", from: "3.6.16-0", to: "3.7.3-0", reqs: []pb.Request{publish}},
@@ -67,6 +68,7 @@ func TestPreflightEtcdWALHistory(t *testing.T) {
 		{name: "unreadable WAL within 3.5", from: "3.5.35-0", to: "3.5.36-0", reqs: []pb.Request{v2write}, damage: true},
 		{name: "custom v2 content to 3.6", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}}, want: "/1/foo", check: CheckEtcdV2Store},
 		{name: "custom v2 content within 3.5", from: "3.5.35-0", to: "3.5.36-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}}},
+		{name: "custom v2 content, 3.6 told to drop it", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}}, v2depr: "write-only-drop-data"},
 		{name: "custom v2 content deleted", from: "3.5.35-0", to: "3.6.16-0", reqs: []pb.Request{publish, {ID: 3, Method: "PUT", Path: "/1/foo", Val: "bar"}, {ID: 4, Method: "DELETE", Path: "/1/foo"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,6 +86,9 @@ func TestPreflightEtcdWALHistory(t *testing.T) {
 			from, to := n.st.Clone(), n.st.Clone()
 			from.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.from
 			to.Images[nodestate.Etcd] = "registry.k8s.io/etcd:" + c.to
+			if c.v2depr != "" {
+				to.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Etcd: {"v2-deprecation": {c.v2depr}}}
+			}
 			var f *versions.Finding
 			if fs := (preflight{}).etcdWAL(from, to); len(fs) > 0 {
 				f = &fs[0]

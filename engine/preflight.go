@@ -177,17 +177,33 @@ func (p preflight) etcdWAL(st, to *nodestate.NodeState) []versions.Finding {
 	// transaction's first journaled step forces a snapshot that covers
 	// them (forceEtcdSnapshot). Custom v2 content does: a snapshot keeps
 	// it, and etcd 3.6 refuses it there too.
-	if scan.V2StoreRefused(minor) {
+	if scan.V2StoreRefused(minor) && !v2CheckSkipped(to) {
 		more := ""
 		if n := scan.V2CustomTotal - len(scan.V2Custom); n > 0 {
 			more = fmt.Sprintf(" and %d more", n)
 		}
+		auth := ""
+		if slices.ContainsFunc(scan.V2Custom, func(k string) bool { return strings.HasPrefix(k, "/2/") }) {
+			auth = "; /2/users and /2/roles are v2 auth's users and roles: remove them with ETCDCTL_API=2 etcdctl user remove and role remove (after auth disable)"
+		}
 		return []versions.Finding{{Check: CheckEtcdV2Store, Component: nodestate.Etcd, Message: fmt.Sprintf(
 			"etcd's v2 store holds custom content (%s%s; /1/KEY is the v2 API's key /KEY): etcd %s refuses to start on it (\"detected disallowed custom content in v2store\"), and no snapshot removes it; "+
-				"move what you need to the v3 API and delete the rest through the v2 API on this etcd (started with --enable-v2: ETCDCTL_API=2 etcdctl rm --recursive /KEY), then plan again (docs/versions.md)",
-			strings.Join(scan.V2Custom, ", "), more, minor)}}
+				"move what you need to the v3 API and delete the rest through the v2 API on this etcd (started with --enable-v2: ETCDCTL_API=2 etcdctl rm --recursive /KEY)%s, then plan again; or, to have etcd %s drop it, add --v2-deprecation=write-only-drop-data to etcd's extraArgs (docs/versions.md)",
+			strings.Join(scan.V2Custom, ", "), more, minor, auth, minor)}}
 	}
 	return nil
+}
+
+// v2CheckSkipped reports whether the target etcd is told not to refuse
+// custom v2 content: --v2-deprecation=write-only-skip-check (etcd 3.6.16
+// and later start anyway) or write-only-drop-data (they wipe it).
+func v2CheckSkipped(to *nodestate.NodeState) bool {
+	for _, v := range to.ExtraArgs[nodestate.Etcd]["v2-deprecation"] {
+		if v == "write-only-skip-check" || v == "write-only-drop-data" {
+			return true
+		}
+	}
+	return false
 }
 
 // electionWait bounds how long the EtcdHealth check of a multi-member

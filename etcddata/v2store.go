@@ -5,7 +5,9 @@
 package etcddata
 
 import (
+	"fmt"
 	"net/http"
+	"path"
 	"sort"
 	"time"
 
@@ -20,6 +22,9 @@ import (
 const (
 	v2ClusterPrefix = "/0"
 	v2KeysPrefix    = "/1"
+	// v2AuthPrefix is where etcd 3.5's v2 auth keeps its users and roles
+	// (membership.IsMetaStoreOnly's storePermsPrefix).
+	v2AuthPrefix = "/2"
 )
 
 // maxCustomListed bounds how many custom v2 keys a scan names.
@@ -42,12 +47,19 @@ func newV2Replay(data []byte) (*v2Replay, error) {
 	return &v2Replay{st: st}, nil
 }
 
-// apply replays entry e's v2 request, if it holds one, as etcd 3.5's
-// applier does; an error of the store (a compare that fails, a key that
-// is not there) is etcd's answer to the client, not a replay failure.
-// Member attributes and the cluster version never touch the store, and
-// membership changes only its cluster namespace: neither is custom.
+// apply replays entry e as etcd 3.5 applies it to the v2 store: its v2
+// request, if it holds one (applierV2store), or its membership change
+// (membership/store.go); an error of the store (a compare that fails, a
+// key that is not there) is etcd's answer to the client, not a replay
+// failure. etcd's own writes (member attributes, the cluster version,
+// membership) go to the cluster namespace, which is never custom, and are
+// replayed all the same: each moves the store's index, which names the
+// keys of an in-order POST and decides a compare by index.
 func (v *v2Replay) apply(e raftpb.Entry) {
+	if e.Type == raftpb.EntryConfChange {
+		v.applyConfChange(e)
+		return
+	}
 	r, _, _ := v2Request(e)
 	if r == nil {
 		return
@@ -74,6 +86,9 @@ func (v *v2Replay) apply(e raftpb.Entry) {
 		case r.PrevIndex > 0 || r.PrevValue != "":
 			v.st.CompareAndSwap(r.Path, r.PrevValue, r.PrevIndex, r.Val, ttl)
 		case memberAttributes.MatchString(r.Path) || r.Path == membership.StoreClusterVersionKey():
+			// The cluster's UpdateAttributes and SetVersion write them
+			// with no TTL.
+			v.st.Set(r.Path, false, r.Val, v2store.TTLOptionSet{ExpireTime: v2store.Permanent})
 		default:
 			v.st.Set(r.Path, r.Dir, r.Val, ttl)
 		}
@@ -85,6 +100,28 @@ func (v *v2Replay) apply(e raftpb.Entry) {
 		}
 	case "SYNC":
 		v.st.DeleteExpiredKeys(time.Unix(0, r.Time))
+	}
+}
+
+// applyConfChange replays a membership change as etcd 3.5's cluster
+// writes it to the v2 store (membership/store.go): a member added or
+// updated sets its raftAttributes, one removed is deleted and recorded as
+// removed. A change etcd refused wrote nothing there; the replay cannot
+// tell, and writes it.
+func (v *v2Replay) applyConfChange(e raftpb.Entry) {
+	var cc raftpb.ConfChange
+	if err := cc.Unmarshal(e.Data); err != nil {
+		return
+	}
+	id := fmt.Sprintf("%x", cc.NodeID)
+	permanent := v2store.TTLOptionSet{ExpireTime: v2store.Permanent}
+	member := path.Join(v2ClusterPrefix, "members", id)
+	switch cc.Type {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
+		v.st.Set(path.Join(member, "raftAttributes"), false, string(cc.Context), permanent)
+	case raftpb.ConfChangeRemoveNode:
+		v.st.Delete(member, true, true)
+		v.st.Create(path.Join(v2ClusterPrefix, "removed_members", id), false, "", false, permanent)
 	}
 }
 
@@ -111,14 +148,23 @@ func (v *v2Replay) custom() ([]string, int, error) {
 		}
 	}
 	for _, n := range ev.Node.Nodes {
-		if n.Key == v2ClusterPrefix {
-			continue
-		}
-		if !n.Dir {
-			keys = append(keys, n.Key)
-		}
-		for _, c := range n.Nodes { // a namespace itself is etcd's own
-			walk(c)
+		switch {
+		case n.Key == v2ClusterPrefix:
+		case n.Key == v2AuthPrefix:
+			// v2 auth: its enabled flag and empty users and roles
+			// directories are etcd's own; a user or role in them is not.
+			for _, c := range n.Nodes {
+				for _, gc := range c.Nodes {
+					walk(gc)
+				}
+			}
+		default:
+			if !n.Dir {
+				keys = append(keys, n.Key)
+			}
+			for _, c := range n.Nodes { // a namespace itself is etcd's own
+				walk(c)
+			}
 		}
 	}
 	sort.Strings(keys)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +28,9 @@ func writeWAL(t *testing.T, data [][]byte, snapAt uint64) string {
 	return writeWALSnap(t, data, snapAt, []byte("{}"))
 }
 
-// writeWALSnap is writeWAL with the snapshot's v2 store data.
-func writeWALSnap(t *testing.T, data [][]byte, snapAt uint64, snapData []byte) string {
+// writeWALSnap is writeWAL with the snapshot's v2 store data; the first
+// confChanges entries are membership changes.
+func writeWALSnap(t *testing.T, data [][]byte, snapAt uint64, snapData []byte, confChanges ...int) string {
 	t.Helper()
 	dir := t.TempDir()
 	lg := zap.NewNop()
@@ -41,7 +43,11 @@ func writeWALSnap(t *testing.T, data [][]byte, snapAt uint64, snapData []byte) s
 	}
 	var ents []raftpb.Entry
 	for i, d := range data {
-		ents = append(ents, raftpb.Entry{Term: 1, Index: uint64(i + 1), Type: raftpb.EntryNormal, Data: d})
+		typ := raftpb.EntryNormal
+		if len(confChanges) > 0 && i < confChanges[0] {
+			typ = raftpb.EntryConfChange
+		}
+		ents = append(ents, raftpb.Entry{Term: 1, Index: uint64(i + 1), Type: typ, Data: d})
 	}
 	if err := w.Save(raftpb.HardState{Term: 1, Commit: uint64(len(data))}, ents); err != nil {
 		t.Fatal(err)
@@ -124,7 +130,8 @@ func TestScanWALV2StoreCustomContent(t *testing.T) {
 	store := func(keys ...string) []byte {
 		st := v2store.New("/0", "/1")
 		for _, k := range keys {
-			if _, err := st.Set(k, false, "v", v2store.TTLOptionSet{}); err != nil {
+			dir := strings.HasSuffix(k, "/")
+			if _, err := st.Set(strings.TrimSuffix(k, "/"), dir, "v", v2store.TTLOptionSet{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -141,12 +148,18 @@ func TestScanWALV2StoreCustomContent(t *testing.T) {
 	past := time.Now().Add(-time.Hour)
 	expiring := wrapped(pb.Request{ID: 5, Method: "PUT", Path: "/1/lease", Val: "x", Expiration: past.UnixNano()})
 	sync := req(pb.Request{ID: 6, Method: "SYNC", Time: time.Now().UnixNano()})
+	// etcd's own writes move the store's index: the first member added,
+	// its attributes, the cluster version are indices 1-3, so the key put
+	// next is at index 4, and a compare-and-delete by that index takes it.
+	addMember := pbutil.MustMarshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: 0x8e9e05c52164694d, Context: []byte(`{"peerURLs":["https://10.0.0.11:2380"]}`)})
+	casDelete := wrapped(pb.Request{ID: 8, Method: "DELETE", Path: "/1/foo", PrevIndex: 4})
 	for _, c := range []struct {
-		name     string
-		data     [][]byte
-		snapAt   uint64
-		snapData []byte
-		want     []string
+		name        string
+		data        [][]byte
+		snapAt      uint64
+		snapData    []byte
+		confChanges int
+		want        []string
 	}{
 		{name: "a v2 write", data: [][]byte{publish, put}, want: []string{"/1/foo"}},
 		{name: "written then deleted", data: [][]byte{publish, put, del}},
@@ -154,13 +167,16 @@ func TestScanWALV2StoreCustomContent(t *testing.T) {
 		{name: "expired by a sync", data: [][]byte{expiring, sync}},
 		{name: "in the snapshot", data: [][]byte{publish, publish}, snapAt: 1, snapData: store("/1/kept", "/1/dir/leaf"), want: []string{"/1/dir/leaf", "/1/kept"}},
 		{name: "the snapshot's deleted after it", data: [][]byte{publish, wrapped(pb.Request{ID: 7, Method: "DELETE", Path: "/1/kept"})}, snapAt: 1, snapData: store("/1/kept")},
+		{name: "compare-and-delete by index after etcd's own writes", data: [][]byte{addMember, publish, version, put, casDelete}, confChanges: 1},
+		{name: "v2 auth's own entries", data: [][]byte{publish}, snapAt: 1, snapData: store("/2/enabled", "/2/users/", "/2/roles/", "/1/foo"), want: []string{"/1/foo"}},
+		{name: "a v2 auth user", data: [][]byte{publish}, snapAt: 1, snapData: store("/2/enabled", "/2/users/alice"), want: []string{"/2/users/alice"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			snapData := c.snapData
 			if snapData == nil {
 				snapData = store()
 			}
-			s, err := ScanWAL(writeWALSnap(t, c.data, c.snapAt, snapData))
+			s, err := ScanWAL(writeWALSnap(t, c.data, c.snapAt, snapData, c.confChanges))
 			if err != nil {
 				t.Fatal(err)
 			}
