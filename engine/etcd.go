@@ -82,9 +82,11 @@ func (e *Engine) singleMemberData(ctx context.Context, r *run, snap *snapshot.Lo
 	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
 		return journal.EtcdKeep, "etcd's manifest was never rewritten"
 	}
-	if from, to, moves := etcdMinors(r); !moves || cluster.MinorAtLeast(from+".0", to) {
+	if from, to, moves := etcdMinors(r); !moves {
 		// Only a newer minor writes a format the old etcd may not read.
 		return journal.EtcdKeep, fmt.Sprintf("the transaction keeps etcd within minor %s, whose data format does not change", orMinor(from, r))
+	} else if cluster.MinorAtLeast(from+".0", to) {
+		return journal.EtcdKeep, fmt.Sprintf("the transaction moved etcd down from %s to %s, whose data etcd %s reads", from, to, from)
 	}
 	ran, why := e.newerEtcdRan(ctx, r)
 	switch ran {

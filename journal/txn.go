@@ -183,9 +183,11 @@ const (
 	// (a newer etcd ran on it, or may have).
 	EtcdRestore = "restore"
 	// EtcdDowngrade: a newer etcd minor wrote to a single member's data
-	// and answers: etcd's downgrade protocol moves the data back to the
-	// old minor, every write kept (StepEtcdDowngraded once done); if etcd
-	// refuses, a later etcd-data record decides restore. Schema 7.
+	// and answers, or a member of several whose cluster version moved
+	// answers: etcd's downgrade protocol moves the data back to the old
+	// minor, every write kept (StepEtcdDowngraded once done). If etcd
+	// refuses, a single member's later etcd-data record decides restore;
+	// a member of several has no backup, and the rollback fails. Schema 7.
 	EtcdDowngrade = "downgrade"
 )
 

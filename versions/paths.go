@@ -138,7 +138,7 @@ func etcdPath(fv, tv *version.Version, add addFunc) {
 		if sameMinor(fv, tv) {
 			add(CheckEtcdDowngrade, e, "etcd %s -> %s is a patch downgrade: run does not downgrade etcd; use a release with etcd %s or a later %s patch", fv, tv, fv, MinorOf(fv))
 		} else {
-			add(CheckEtcdDowngrade, e, "etcd %s -> %s is a downgrade: etcd %s refuses to start on data a %s member has run on, and run does not downgrade etcd (etcd has its own procedure, etcdctl downgrade validate/enable); use a release with etcd %s or later", fv, tv, MinorOf(tv), MinorOf(fv), fv)
+			add(CheckEtcdDowngrade, e, "etcd %s -> %s is a downgrade: etcd %s refuses to start on data a %s member has run on, and run does not downgrade etcd (rollback --last of the upgrade that moved it does, with etcd's downgrade protocol); use a release with etcd %s or later", fv, tv, MinorOf(tv), MinorOf(fv), fv)
 		}
 		return
 	case sameMinor(fv, tv):
