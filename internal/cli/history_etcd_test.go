@@ -42,4 +42,9 @@ func TestHistoryTxnShowsTheEtcdPath(t *testing.T) {
 	if etcdPathOf(recs[:1]) != nil {
 		t.Error("an etcd path without an etcd-data decision")
 	}
+	// A rollback --last that moved etcd down a minor and committed.
+	down := []journal.Record{{Seq: 1, Time: at, Phase: journal.PhaseApplying, Step: journal.StepEtcdDowngraded, Component: "etcd", Why: "storage version 3.5.0 at revision 90"}}
+	if p := etcdPathOf(down); p == nil || p.Path != "downgraded" || !strings.Contains(p.Why, "storage version 3.5.0") {
+		t.Errorf("etcd path of a committed step down %+v, want downgraded with its storage version", p)
+	}
 }

@@ -27,18 +27,27 @@ type txnDetail struct {
 	Records  []recordJSON  `json:"records"`
 }
 
-// etcdPathJSON is a rollback's way with etcd's data: kept, downgraded (by
-// etcd's downgrade protocol) or restored (from the backup: why says how
-// many revisions it lost), and why.
+// etcdPathJSON is a rollback's way with etcd's data, or a step's that
+// moved etcd down a minor: kept, downgraded (by etcd's downgrade protocol)
+// or restored (from the backup: why says how many revisions it lost), and
+// why.
 type etcdPathJSON struct {
 	Path string `json:"path"`
 	Why  string `json:"why"`
 }
 
-// etcdPathOf is the last etcd-data decision of recs, if any.
+// etcdPathOf is the last etcd-data decision of recs, or else the
+// downgrade a step down a minor made, if any.
 func etcdPathOf(recs []journal.Record) *etcdPathJSON {
 	var out *etcdPathJSON
 	for _, r := range recs {
+		if r.Step == journal.StepEtcdDowngraded && r.Phase != journal.PhaseRollingBack && out == nil {
+			// A step that moved etcd down a minor (rollback --last)
+			// downgraded its data first; a rollback's decision after it
+			// is what the data ended as.
+			out = &etcdPathJSON{Path: "downgraded", Why: "etcd's step moved etcd down a minor, with etcd's downgrade protocol first: " + r.Why}
+			continue
+		}
 		if r.Step != journal.StepEtcdData {
 			continue
 		}
