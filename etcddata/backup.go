@@ -106,6 +106,24 @@ func Endpoint(st *nodestate.NodeState) ClientConfig {
 
 // tlsConfig is the client TLS configuration for an https endpoint, nil for
 // an http one.
+// dial is a client of the member at c alone, and the dial timeout it
+// uses (DefaultDialTimeout when c sets none); the caller closes it.
+func (c ClientConfig) dial(ctx context.Context) (*clientv3.Client, time.Duration, error) {
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, 0, err
+	}
+	dialTimeout := c.DialTimeout
+	if dialTimeout <= 0 {
+		dialTimeout = DefaultDialTimeout
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint}, TLS: tlsCfg, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: %w", err)
+	}
+	return cli, dialTimeout, nil
+}
+
 func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
@@ -159,23 +177,9 @@ func Take(ctx context.Context, cfg ClientConfig, path string) (*Backup, error) {
 	fail := func(err error) error {
 		return fmt.Errorf("etcd backup of %s to %s: %w", cfg.Endpoint, path, err)
 	}
-	tlsCfg, err := cfg.tlsConfig()
+	cli, dialTimeout, err := cfg.dial(ctx)
 	if err != nil {
 		return nil, fail(err)
-	}
-	dialTimeout := cfg.DialTimeout
-	if dialTimeout <= 0 {
-		dialTimeout = DefaultDialTimeout
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{cfg.Endpoint},
-		TLS:         tlsCfg,
-		DialTimeout: dialTimeout,
-		Context:     ctx,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		return nil, fail(fmt.Errorf("client: %w", err))
 	}
 	defer cli.Close()
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/coreos/go-semver/semver"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // ErrDowngradeRefused: etcd refused to downgrade its data to the target
@@ -53,17 +52,9 @@ func Downgrade(ctx context.Context, cfg ClientConfig, target string, timeout tim
 	if err != nil {
 		return fail(fmt.Errorf("%w: target %q is not a minor version (3.6)", ErrInvalid, target))
 	}
-	tlsCfg, err := cfg.tlsConfig()
+	cli, dialTimeout, err := cfg.dial(ctx)
 	if err != nil {
 		return fail(err)
-	}
-	dialTimeout := cfg.DialTimeout
-	if dialTimeout <= 0 {
-		dialTimeout = DefaultDialTimeout
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfg.Endpoint}, TLS: tlsCfg, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop()})
-	if err != nil {
-		return fail(fmt.Errorf("client: %w", err))
 	}
 	defer cli.Close()
 	status := func() (*clientv3.StatusResponse, error) {
@@ -125,17 +116,9 @@ func Downgrade(ctx context.Context, cfg ClientConfig, target string, timeout tim
 // has enabled (etcdctl downgrade cancel): the cluster version goes back up
 // to the lowest server version of its members.
 func CancelDowngrade(ctx context.Context, cfg ClientConfig) error {
-	tlsCfg, err := cfg.tlsConfig()
+	cli, dialTimeout, err := cfg.dial(ctx)
 	if err != nil {
-		return err
-	}
-	dialTimeout := cfg.DialTimeout
-	if dialTimeout <= 0 {
-		dialTimeout = DefaultDialTimeout
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfg.Endpoint}, TLS: tlsCfg, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("etcd client for %s: %w", cfg.Endpoint, err)
+		return fmt.Errorf("etcd %s: %w", cfg.Endpoint, err)
 	}
 	defer cli.Close()
 	actx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -166,17 +149,9 @@ func actionName(a clientv3.DowngradeAction) string {
 
 // Revision is the revision of the member at cfg, from its status.
 func Revision(ctx context.Context, cfg ClientConfig) (int64, error) {
-	tlsCfg, err := cfg.tlsConfig()
+	cli, dialTimeout, err := cfg.dial(ctx)
 	if err != nil {
-		return 0, err
-	}
-	dialTimeout := cfg.DialTimeout
-	if dialTimeout <= 0 {
-		dialTimeout = DefaultDialTimeout
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cfg.Endpoint}, TLS: tlsCfg, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop()})
-	if err != nil {
-		return 0, fmt.Errorf("etcd client for %s: %w", cfg.Endpoint, err)
+		return 0, fmt.Errorf("etcd %s: %w", cfg.Endpoint, err)
 	}
 	defer cli.Close()
 	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
