@@ -40,17 +40,11 @@ func (d *EtcdDowngrade) Behind() []string {
 		switch {
 		case m.Version == "":
 			out = append(out, m.Name+" (did not answer)")
-		case !sameMinor(m.Version, d.Target):
+		case minorOf(m.Version) != minorOf(d.Target):
 			out = append(out, fmt.Sprintf("%s (%s)", m.Name, m.Version))
 		}
 	}
 	return out
-}
-
-// sameMinor reports whether versions a and b ("3.6.16", "3.6.0") are of
-// one minor.
-func sameMinor(a, b string) bool {
-	return MinorAtLeast(a, minorOf(b)) && MinorAtLeast(b, minorOf(a))
 }
 
 // minorOf is "3.6" of "3.6.16" ("" when it has no minor).

@@ -234,16 +234,3 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 	e.event(last.ID, last.Phase, "cluster-end", "", "", fmt.Sprintf("recorded in the cluster that transaction %s ended %s: the write had failed when it ended, and the other nodes waited for it", last.ID, last.Phase))
 	return Result{Outcome: Nothing, Txn: last.ID}, nil
 }
-
-// etcdDownTo is the etcd minor ("3.6") a transaction from st to to moves
-// etcd down to, "" when it does not move it down (or to is nil).
-func etcdDownTo(st, to *nodestate.NodeState) string {
-	if to == nil {
-		return ""
-	}
-	from, down, moves := etcdMinors(&run{from: st, to: to})
-	if !moves || cluster.MinorAtLeast(down+".0", from) {
-		return ""
-	}
-	return down
-}

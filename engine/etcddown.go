@@ -175,10 +175,11 @@ func loses(r *run, rev int64) string {
 // enabled is cancelled first (etcdctl downgrade cancel), one enabled
 // before is left as it was.
 func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phase, comp string) error {
-	from, to, moves := etcdMinors(r)
-	if comp != nodestate.Etcd || p == journal.PhaseRollingBack || !moves || cluster.MinorAtLeast(to+".0", from) {
+	to := etcdDownTo(r.from, r.to)
+	if comp != nodestate.Etcd || p == journal.PhaseRollingBack || to == "" {
 		return nil
 	}
+	from, _, _ := etcdMinors(r)
 	if _, done := r.find(p, journal.StepEtcdDowngraded, nodestate.Etcd); done {
 		return nil
 	}

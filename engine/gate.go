@@ -193,6 +193,19 @@ func etcdMinors(r *run) (from, to string, moves bool) {
 	return from, to, from != to
 }
 
+// etcdDownTo is the etcd minor ("3.6") a transaction from st to to moves
+// etcd down to, "" when it does not move it down (or to is nil).
+func etcdDownTo(st, to *nodestate.NodeState) string {
+	if to == nil {
+		return ""
+	}
+	from, down, moves := etcdMinors(&run{from: st, to: to})
+	if !moves || cluster.MinorAtLeast(down+".0", from) {
+		return ""
+	}
+	return down
+}
+
 // ErrEtcdPointOfNoReturn: a rollback would put an etcd of the old minor
 // back on a member whose cluster moved (or is moving) to the new one, where
 // it cannot start.

@@ -153,7 +153,7 @@ func (rep clusterReport) print(w io.Writer) {
 		fmt.Fprintf(w, "HALTED: transaction %s on %s ended %s at %s: %s\n", h.Txn, h.Node, h.Outcome, h.At.Format(time.RFC3339), orNone(h.Reason))
 		fmt.Fprintf(w, "  no node begins a transaction until the halt is cleared: look at %s (stratum-upgrade history there), then run stratum-upgrade clear-halt\n", h.Node)
 	}
-	if d := rep.Downgrade; d != nil {
+	if rep.Downgrade != nil {
 		rep.printDowngrade(w)
 	}
 	if len(v.Nodes) == 0 {
