@@ -4,7 +4,9 @@
 // and of the API servers, and when each node's transaction ran) and the
 // kubeadm-shaped cluster's lines ("kubeadm-shaped cluster: max members down
 // at once 1, ...", KubeadmFigure), as they are, then the
-// tests that passed and failed. With -doc FILE it also writes those lines
+// tests that passed and failed, and for each failed test its last messages
+// from a _test.go line (the failure, which the testbed's long container-log
+// dumps at cleanup would otherwise bury). With -doc FILE it also writes those lines
 // between BeginMarker and EndMarker in FILE (docs/performance.md),
 // appending the markers when the file has none. It exits 1 when a test
 // failed or none ran, so `make ha` fails with it.
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -43,9 +46,13 @@ type event struct {
 func main() {
 	doc := flag.String("doc", "", "write the figures into this markdown file between the markers")
 	flag.Parse()
-	figures, failed, passed, code := scan(os.Stdin, os.Stderr)
+	r := scan(os.Stdin, os.Stderr)
+	figures, failed, passed, code := r.figures, r.failed, r.passed, r.code
 	block := Block(figures)
 	fmt.Print(strings.TrimPrefix(strings.TrimSuffix(block, EndMarker+"\n"), BeginMarker+"\n"))
+	for _, name := range failed {
+		fmt.Printf("why %s failed (its last messages from a _test.go line):\n%s", name, strings.Join(r.why[name], ""))
+	}
 	fmt.Printf("passed: %s\nfailed: %s\n", orNone(passed), orNone(failed))
 	if *doc != "" && code == 0 {
 		b, err := os.ReadFile(*doc)
@@ -68,9 +75,31 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
+// result is what scan found.
+type result struct {
+	figures, failed, passed []string
+	// why holds, per top-level test, its last whyBlocks messages logged
+	// from a _test.go line, with their continuation lines.
+	why  map[string][]string
+	code int
+}
+
+// A failed test's messages kept: the failure is the last one a test
+// function logs; the two before it say what it was doing.
+const (
+	whyBlocks = 3
+	whyLines  = 20
+)
+
+// testLine is a message a test logs from its own file: "    x_test.go:12: ".
+var testLine = regexp.MustCompile(`^ {4}\S+_test\.go:\d+: `)
+
 // scan reads the test events: the figure lines, the top-level tests that
-// failed and passed, and the exit code.
-func scan(in io.Reader, log io.Writer) (figures, failed, passed []string, code int) {
+// failed and passed, their last messages, and the exit code.
+func scan(in io.Reader, log io.Writer) (r result) {
+	r.why = map[string][]string{}
+	blocks := map[string][][]string{}
+	open := map[string]bool{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -83,26 +112,45 @@ func scan(in io.Reader, log io.Writer) (figures, failed, passed []string, code i
 		case "output":
 			fmt.Fprint(log, ev.Output)
 			if _, fig, ok := strings.Cut(ev.Output, "HA figures: "); ok {
-				figures = append(figures, strings.TrimSpace(fig))
+				r.figures = append(r.figures, strings.TrimSpace(fig))
 			} else if _, fig, ok := strings.Cut(ev.Output, ": "+KubeadmFigure); ok && (strings.HasPrefix(fig, ":") || strings.HasPrefix(fig, ",")) {
-				figures = append(figures, KubeadmFigure+strings.TrimSpace(fig))
+				r.figures = append(r.figures, KubeadmFigure+strings.TrimSpace(fig))
+			}
+			top, _, _ := strings.Cut(ev.Test, "/")
+			switch {
+			case top == "":
+			case testLine.MatchString(ev.Output):
+				b := append(blocks[top], []string{ev.Output})
+				if len(b) > whyBlocks {
+					b = b[1:]
+				}
+				blocks[top], open[top] = b, true
+			case open[top] && strings.HasPrefix(ev.Output, "        "):
+				if b := blocks[top]; len(b[len(b)-1]) < whyLines {
+					b[len(b)-1] = append(b[len(b)-1], ev.Output)
+				}
+			default:
+				open[top] = false
 			}
 		case "fail":
 			if ev.Test != "" && !strings.Contains(ev.Test, "/") {
-				failed = append(failed, ev.Test)
+				r.failed = append(r.failed, ev.Test)
+				for _, b := range blocks[ev.Test] {
+					r.why[ev.Test] = append(r.why[ev.Test], b...)
+				}
 			}
 		case "pass":
 			if ev.Test != "" && !strings.Contains(ev.Test, "/") {
-				passed = append(passed, ev.Test)
+				r.passed = append(r.passed, ev.Test)
 			}
 		}
 	}
-	sort.Strings(failed)
-	sort.Strings(passed)
-	if len(failed) > 0 || len(passed) == 0 || sc.Err() != nil {
-		code = 1
+	sort.Strings(r.failed)
+	sort.Strings(r.passed)
+	if len(r.failed) > 0 || len(r.passed) == 0 || sc.Err() != nil {
+		r.code = 1
 	}
-	return figures, failed, passed, code
+	return r
 }
 
 // Block is the generated section: one bullet per figure line.

@@ -15,16 +15,25 @@ func TestScanCollectsFiguresAndVerdicts(t *testing.T) {
 		`{"Action":"output","Test":"TestHAKubeadmRolloutAtOnce","Output":"    kubeadm_ha_test.go:141: member probe: kubeadm-shaped cluster lines are not this one\n"}`,
 		`{"Action":"output","Test":"TestHAKubeadmRolloutAtOnce","Output":"    kubeadm_ha_test.go:66: kubeadm-shaped cluster up\n"}`,
 		`{"Action":"output","Test":"TestHATwo","Output":"    ha_test.go:9: HA figures: two: 3 lost\n"}`,
+		`{"Action":"output","Test":"TestHATwo","Output":"    ha_test.go:10: node-1: run exit 6\n"}`,
+		`{"Action":"output","Test":"TestHATwo","Output":"        the gate refused\n"}`,
+		`{"Action":"output","Test":"TestHATwo","Output":"    start.go:70: container log x:\n"}`,
+		`{"Action":"output","Test":"TestHATwo","Output":"        etcd said hello\n"}`,
 		`{"Action":"fail","Test":"TestHATwo/sub"}`,
 		`{"Action":"fail","Test":"TestHATwo"}`,
 		`not json`,
 	}, "\n")
-	figs, failed, passed, code := scan(strings.NewReader(in), io.Discard)
-	if strings.Join(figs, "|") != "one: 100 of 100|kubeadm-shaped cluster: max members down at once 1, writes acked 9/9, 0 lost, API 99.95%|two: 3 lost" || strings.Join(failed, ",") != "TestHATwo" || strings.Join(passed, ",") != "TestHAOne" || code != 1 {
-		t.Fatalf("figures %q failed %q passed %q code %d", figs, failed, passed, code)
+	r := scan(strings.NewReader(in), io.Discard)
+	if strings.Join(r.figures, "|") != "one: 100 of 100|kubeadm-shaped cluster: max members down at once 1, writes acked 9/9, 0 lost, API 99.95%|two: 3 lost" || strings.Join(r.failed, ",") != "TestHATwo" || strings.Join(r.passed, ",") != "TestHAOne" || r.code != 1 {
+		t.Fatalf("figures %q failed %q passed %q code %d", r.figures, r.failed, r.passed, r.code)
 	}
-	if _, _, _, code := scan(strings.NewReader(`{"Action":"output","Output":"ok\n"}`), io.Discard); code != 1 {
-		t.Fatalf("no test ran: code %d, want 1", code)
+	// The failure is kept with its continuation, not the container log
+	// dumped after it; a passed test keeps none.
+	if got, want := strings.Join(r.why["TestHATwo"], ""), "    ha_test.go:9: HA figures: two: 3 lost\n    ha_test.go:10: node-1: run exit 6\n        the gate refused\n"; got != want || len(r.why["TestHAOne"]) != 0 {
+		t.Fatalf("why TestHATwo %q, want %q; why TestHAOne %q", got, want, r.why["TestHAOne"])
+	}
+	if r := scan(strings.NewReader(`{"Action":"output","Output":"ok\n"}`), io.Discard); r.code != 1 {
+		t.Fatalf("no test ran: code %d, want 1", r.code)
 	}
 }
 
