@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,10 +30,29 @@ import (
 // bg is a stratum-upgrade started in the background.
 type bg struct {
 	cmd          *exec.Cmd
-	out          bytes.Buffer
+	out          lockedBuffer
 	done         chan struct{}
 	code         int
 	node, action string
+}
+
+// lockedBuffer is a bytes.Buffer a test may read while the command it
+// collects still writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start runs stratum-upgrade args against c's node without waiting, with
@@ -115,14 +135,22 @@ func TestHACrashMidStepResumes(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Killed once etcd's step is done (its done record rides with
+	// kube-apiserver's mark, journaled before kube-apiserver is stopped):
+	// the reboot then replaces the new etcd's process, which resume must
+	// take as the reboot's doing, not as a crash loop (CI of stop 35 failed
+	// so: the resumed command did not know of the reboot).
 	crashed := nodes[first]
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(runs[first].out.String(), "kube-apiserver: stopping kube-apiserver"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's run never began its kube-apiserver step:\n%s", crashed.node.State.NodeName, runs[first].out.String())
+		}
+	}
 	if err := runs[first].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	runs[first].wait(t, 10*time.Second)
-	if _, err := crashed.node.Reboot(0); err != nil {
-		t.Fatal(err)
-	}
+	crashed.reboot()
 	t.Logf("killed %s's stratum-upgrade in transaction %s, and its kubelet with every pod", crashed.node.State.NodeName, txn)
 
 	// Longer than the lock's lease (15 s): the others still wait.

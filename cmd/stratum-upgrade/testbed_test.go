@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/internal/cli"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
+	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -25,6 +27,24 @@ type cliNode struct {
 	node     *testbed.Node
 	stateDir string
 	metrics  string
+	// bootID is the node's boot id after reboot, which the commands then
+	// report as theirs (the kernel's before any).
+	bootID string
+}
+
+// reboot reboots the node (testbed's Node.Reboot: every process killed,
+// the kubelet started again) and has the commands run from then on see
+// the new boot id, as they would after a real reboot: a resume that took
+// the boot for the old one would judge the processes the reboot replaced
+// as crash-looping. The boot id reaches only the binary built with the
+// fault points (build tag stratumfault), which the commands then run.
+func (c *cliNode) reboot() {
+	c.t.Helper()
+	id, err := c.node.Reboot(0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.bootID = id
 }
 
 // su runs the stratum-upgrade binary (this test binary under that name, on
@@ -63,7 +83,16 @@ func (c *cliNode) command(args ...string) *exec.Cmd {
 			"--metrics-file="+c.metrics)
 		argv = append(argv, args...)
 	}
-	return c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
+	if c.bootID == "" {
+		return c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
+	}
+	bin, err := build.StratumUpgrade(true)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := c.node.Command(bin, argv...)
+	cmd.Env = append(os.Environ(), runbin.BootIDEnv+"="+c.bootID)
+	return cmd
 }
 
 func (c *cliNode) want(code int, args ...string) string {
