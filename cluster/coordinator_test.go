@@ -49,6 +49,53 @@ func TestConnectUsesEveryMember(t *testing.T) {
 	}
 }
 
+// TestConnectWaitsOutAnElection pins a rule Connect relies on: a member
+// that knows no leader for a moment (two of three members gone, one back
+// a moment later) is asked again by etcd's client until the dial timeout
+// (its retry of Unavailable), not reported unreachable at once, which
+// would send the engine to a member count kept from before.
+func TestConnectWaitsOutAnElection(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	for _, m := range c.Members[1:] {
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli := c.Client(t, c.Members[0])
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := cli.Status(ctx, c.Members[0].ClientURL)
+		cancel()
+		if err == nil && st.Leader == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still knows a leader 20s after two of three members were killed: %+v %v", c.Members[0].Name, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	type connected struct {
+		co  *cluster.Coordinator
+		err error
+	}
+	got := make(chan connected, 1)
+	go func() {
+		co, err := cluster.Connect(context.Background(), cluster.Config{Local: etcddata.ClientConfig{Endpoint: c.Members[0].ClientURL, DialTimeout: 30 * time.Second}, Node: "node-1"})
+		got <- connected{co, err}
+	}()
+	if err := c.Members[1].Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("connect while the member knew no leader for a moment: %v; want it to wait for the election", r.err)
+	}
+	defer r.co.Close()
+	if n := r.co.Members().Count; n != 3 {
+		t.Fatalf("member count %d, want 3", n)
+	}
+}
+
 // Two nodes at once: the second waits for the first, is told who holds the
 // lock, and gets it once the first has released it.
 func TestAcquireSerializes(t *testing.T) {

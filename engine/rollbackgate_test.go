@@ -8,9 +8,12 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -27,6 +30,11 @@ func memberOfCluster(t *testing.T, n *memNode, m *etcdcluster.Member) {
 		t.Fatal(err)
 	}
 	if err := n.j.PutNodeState(n.st); err != nil {
+		t.Fatal(err)
+	}
+	// The single-member count newMemNode keeps is not this node's: a
+	// command that cannot read the member list must not fall back to it.
+	if err := os.Remove(filepath.Join(n.root, "state", cluster.MembersFile)); err != nil {
 		t.Fatal(err)
 	}
 	reach(n, m)
@@ -126,6 +134,7 @@ func TestStartOfEtcdIsNotGated(t *testing.T) {
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
+	c.WaitLeader(t)
 	n.events = nil
 	res, err := n.engine(nil).Start(t.Context(), both)
 	if err != nil || res.Outcome != Committed {

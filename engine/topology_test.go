@@ -129,6 +129,7 @@ func TestResumedEtcdStepPassesTheGate(t *testing.T) {
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
+	c.WaitLeader(t)
 	etcdBefore, err := n.store.Read(nodestate.Etcd)
 	if err != nil {
 		t.Fatal(err)
@@ -163,6 +164,7 @@ func TestStopOfEtcdPassesTheGate(t *testing.T) {
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
+	c.WaitLeader(t)
 	etcdBefore, err := n.store.Read(nodestate.Etcd)
 	if err != nil {
 		t.Fatal(err)
@@ -246,14 +248,6 @@ func TestTopologyUnknownStopRefusesAsUnknown(t *testing.T) {
 func memberNode(t *testing.T, c *etcdcluster.Cluster) *memNode {
 	t.Helper()
 	n := newMemNode(t)
-	n.st.Etcd.MemberName = c.Members[0].Name
-	n.st.Etcd.InitialCluster = n.st.Etcd.MemberName + "=https://" + n.st.AdvertiseAddress + ":2380"
-	if _, err := n.store.WriteAll(n.st); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.j.PutNodeState(n.st); err != nil {
-		t.Fatal(err)
-	}
-	reach(n, c.Members[0])
+	memberOfCluster(t, n, c.Members[0])
 	return n
 }
