@@ -64,6 +64,7 @@ func TestBeginReadBackAfterAFailedWrite(t *testing.T) {
 // A begin whose write fails and whose read-back fails too is
 // ErrBeginUnknown: the caller must not take it as never recorded.
 func TestBeginUnknownWhenEtcdIsGone(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	co := connect(t, c, 0, "node-1", nil)
 	h := acquire(t, co, "upgrade", "")

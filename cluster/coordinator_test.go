@@ -156,6 +156,7 @@ func TestAcquireSerializes(t *testing.T) {
 // and gives up after its Wait with a BusyError; one that waits long enough
 // begins once that node's resume has ended the transaction.
 func TestOpenTransactionOwnsTheRollout(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	one := connect(t, c, 0, "node-1", nil)
 	h := acquire(t, one, "upgrade", "")
@@ -302,6 +303,7 @@ func TestViewRefusesForeignValues(t *testing.T) {
 // A cluster that loses quorum for a moment (two members restarting) fails
 // requests; Acquire retries them and gets the lock once etcd answers again.
 func TestAcquireRetriesWhileEtcdRecovers(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	co := connect(t, c, 0, "node-1", nil)
 	for _, m := range c.Members[1:] {
@@ -336,6 +338,7 @@ func TestAcquireRetriesWhileEtcdRecovers(t *testing.T) {
 // A cluster that stays without quorum: Acquire gives up after Unreachable
 // with ErrUnreachable, saying for how long.
 func TestAcquireGivesUpOnAnUnreachableCluster(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	co := connect(t, c, 0, "node-1", func(cfg *cluster.Config) { cfg.Unreachable = time.Second })
 	for _, m := range c.Members[1:] {

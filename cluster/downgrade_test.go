@@ -17,6 +17,7 @@ import (
 // downgrade is enabled, not another kind, not another minor; and another
 // node's open transaction still makes it wait.
 func TestHaltLetsTheEtcdDowngradeThrough(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -65,6 +65,7 @@ func progressKey(t *testing.T, cli *clientv3.Client, node string) (Progress, int
 // lease and when it runs out), then, once the lease has expired, closes
 // its transaction with who and why, and the waiting node goes on by itself.
 func TestForgetLetsTheRolloutGoOn(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 1, "3.6")
 	one := forgetNode(t, c, "node-1", nil)
 	openTxn(t, one, "t1")
@@ -237,6 +238,7 @@ func TestForgetLosesTheRaceToALiveNode(t *testing.T) {
 // rollout: its resume waits while another node's transaction is open,
 // instead of driving its own beside it.
 func TestForgottenNodeResumeWaitsItsTurn(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 1, "3.6")
 	one := forgetNode(t, c, "node-1", func(cfg *Config) { cfg.Wait = 3 * time.Second })
 	openTxn(t, one, "t1").Release()

@@ -77,6 +77,7 @@ func waitLeader(t *testing.T, cli *clientv3.Client, members ...*etcdcluster.Memb
 // unknown self is refused; with one member killed, and with one paused, the
 // gate refuses and names that member.
 func TestCheckQuorumThreeMembers(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	cli := c.Client(t)
 	ctx := context.Background()
@@ -196,6 +197,7 @@ func TestMoveLeaderOff(t *testing.T) {
 // catches up; a member that stays down times out with what was awaited and
 // seen.
 func TestWaitCaughtUp(t *testing.T) {
+	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	cli := c.Client(t)
 	ctx := context.Background()
