@@ -58,7 +58,7 @@ dist-check: ## build this machine's .deb, install it with dpkg, check the binary
 SEED         := $(or $(STRATUM_SEED),$(shell date +%s%N))
 TEST_TIMEOUT ?= 30m
 PARALLEL     ?= 8
-test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full and a seeded sample of the others (about 8 minutes on 2 cores, warm caches)
+test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full and a seeded sample of the others (about 6-7 minutes on 2 cores, warm caches)
 	$(GO) test -count=1 -run '^$$' ./... >/dev/null
 	@echo "make test: fault matrices $(if $(filter full,$(STRATUM_MATRIX)),in full,sampled with seed $(SEED) (replay: make test STRATUM_SEED=$(SEED); every case: make crash))"
 	STRATUM_SEED=$(SEED) STRATUM_MATRIX=$(STRATUM_MATRIX) $(GO) test -parallel $(PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) ./...
