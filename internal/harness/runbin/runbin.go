@@ -2,18 +2,21 @@
 // engine's crash tests, the end-to-end tests, the benchmarks and the demo:
 // stratum-upgrade built with its fault points (Stratum), started in a
 // process group of its own with one fault point armed (Command), its end
-// read the same way everywhere (ExitCode), its group killed (KillGroup)
-// and its output cut to a log's worth (LastLines).
+// read the same way everywhere (ExitCode), its group killed (KillGroup),
+// its output collected while the test reads it (Output) and cut to a
+// log's worth (LastLines).
 //
 // It does not import testing: the demo links it.
 package runbin
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
@@ -92,4 +95,25 @@ func LastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Output collects a running command's output (its Stdout and Stderr) for
+// a test that reads it while the command still writes: a bytes.Buffer
+// behind a mutex. The zero value is empty and ready.
+type Output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+// String is what was written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }

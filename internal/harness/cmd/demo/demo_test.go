@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,29 +28,10 @@ func buildDemo(t *testing.T) string {
 	return bin
 }
 
-// syncBuffer is a bytes.Buffer safe for the command's writes and the
-// test's reads at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // demoRun is a started demo.
 type demoRun struct {
 	cmd      *exec.Cmd
-	out      *syncBuffer
+	out      *runbin.Output
 	tmp      string // its TMPDIR
 	finished chan struct{}
 	err      error // cmd.Wait's, once finished is closed
@@ -68,7 +48,7 @@ func startDemo(t *testing.T, args ...string) *demoRun {
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	out := &syncBuffer{}
+	out := &runbin.Output{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 2 * time.Minute
