@@ -104,8 +104,6 @@ func Endpoint(st *nodestate.NodeState) ClientConfig {
 	}
 }
 
-// tlsConfig is the client TLS configuration for an https endpoint, nil for
-// an http one.
 // dial is a client of the member at c alone, and the dial timeout it
 // uses (DefaultDialTimeout when c sets none); the caller closes it.
 func (c ClientConfig) dial(ctx context.Context) (*clientv3.Client, time.Duration, error) {
@@ -124,6 +122,8 @@ func (c ClientConfig) dial(ctx context.Context) (*clientv3.Client, time.Duration
 	return cli, dialTimeout, nil
 }
 
+// tlsConfig is the client TLS configuration for an https endpoint, nil for
+// an http one.
 func (c ClientConfig) tlsConfig() (*tls.Config, error) {
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
