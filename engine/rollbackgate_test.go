@@ -134,7 +134,7 @@ func TestStartOfEtcdIsNotGated(t *testing.T) {
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitLeader(t)
+	c.WaitHealthy(t)
 	n.events = nil
 	res, err := n.engine(nil).Start(t.Context(), both)
 	if err != nil || res.Outcome != Committed {

@@ -129,7 +129,7 @@ func TestResumedEtcdStepPassesTheGate(t *testing.T) {
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitLeader(t)
+	c.WaitHealthy(t)
 	etcdBefore, err := n.store.Read(nodestate.Etcd)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestStopOfEtcdPassesTheGate(t *testing.T) {
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	c.WaitLeader(t)
+	c.WaitHealthy(t)
 	etcdBefore, err := n.store.Read(nodestate.Etcd)
 	if err != nil {
 		t.Fatal(err)

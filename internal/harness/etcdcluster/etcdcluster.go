@@ -120,41 +120,23 @@ func (c *Cluster) Endpoints() []string {
 	return eps
 }
 
-// WaitLeader waits, at most HealthTimeout, until every running member
-// reports the same leader: after a member was killed, the survivors may
-// spend a while electing one (longer on a loaded machine), and a test that
+// WaitHealthy waits, at most HealthTimeout, until every running member
+// answers /health as Start does: etcd answers it false while the member
+// knows no leader ("RAFT NO LEADER") and fails its linearizable read while
+// the leader it knows is gone. After a member was killed the survivors may
+// spend a while electing one (longer on a loaded machine); a test that
 // means "one member down" rather than "an election" waits it out.
-func (c *Cluster) WaitLeader(t testing.TB) {
+func (c *Cluster) WaitHealthy(t testing.TB) {
 	t.Helper()
-	var running []*Member
+	deadline := time.Now().Add(HealthTimeout)
 	for _, m := range c.Members {
-		if m.Running() {
-			running = append(running, m)
+		if !m.Running() {
+			continue
+		}
+		if err := m.waitHealthy(deadline); err != nil {
+			t.Fatal(err)
 		}
 	}
-	cli := c.Client(t, running...)
-	var last string
-	for deadline := time.Now().Add(HealthTimeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		leaders := map[uint64]bool{}
-		for _, m := range running {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := cli.Status(ctx, m.ClientURL)
-			cancel()
-			switch {
-			case err != nil:
-				leaders[0], last = true, fmt.Sprintf("%s: %v", m.Name, err)
-			default:
-				leaders[st.Leader] = true
-			}
-		}
-		if len(leaders) == 1 && !leaders[0] {
-			return
-		}
-		if last == "" {
-			last = fmt.Sprintf("leaders reported: %v", leaders)
-		}
-	}
-	t.Fatalf("etcdcluster: the running members agree on no leader after %s (%s)", HealthTimeout, last)
 }
 
 // Client is a client of the given members (every member when none is
