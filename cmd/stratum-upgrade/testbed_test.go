@@ -86,13 +86,11 @@ func (c *cliNode) command(args ...string) *exec.Cmd {
 	if c.bootID == "" {
 		return c.node.Command("stratum-upgrade", argv...) // inside the node's network namespace, if any
 	}
-	bin, err := build.StratumUpgrade(true)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cmd := c.node.Command(bin, argv...)
-	cmd.Env = append(os.Environ(), runbin.BootIDEnv+"="+c.bootID)
-	return cmd
+	// The fault build, no fault point armed whatever this test's
+	// environment says (as runbin.Command), reporting the reboot's boot id.
+	cmd := c.node.Command(runbin.Stratum(c.t), argv...)
+	cmd.Env = append(os.Environ(), build.FaultEnv+"=")
+	return runbin.WithBootID(cmd, c.bootID)
 }
 
 func (c *cliNode) want(code int, args ...string) string {
