@@ -47,14 +47,13 @@ func main() {
 	doc := flag.String("doc", "", "write the figures into this markdown file between the markers")
 	flag.Parse()
 	r := scan(os.Stdin, os.Stderr)
-	figures, failed, passed, code := r.figures, r.failed, r.passed, r.code
-	block := Block(figures)
+	block := Block(r.figures)
 	fmt.Print(strings.TrimPrefix(strings.TrimSuffix(block, EndMarker+"\n"), BeginMarker+"\n"))
-	for _, name := range failed {
+	for _, name := range r.failed {
 		fmt.Printf("why %s failed (its last messages from a _test.go line):\n%s", name, strings.Join(r.why[name], ""))
 	}
-	fmt.Printf("passed: %s\nfailed: %s\n", orNone(passed), orNone(failed))
-	if *doc != "" && code == 0 {
+	fmt.Printf("passed: %s\nfailed: %s\n", orNone(r.passed), orNone(r.failed))
+	if *doc != "" && r.code == 0 {
 		b, err := os.ReadFile(*doc)
 		if err != nil && !os.IsNotExist(err) {
 			fmt.Fprintln(os.Stderr, "hafigures:", err)
@@ -65,7 +64,7 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	os.Exit(code)
+	os.Exit(r.code)
 }
 
 func orNone(names []string) string {
