@@ -57,6 +57,9 @@ func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordin
 		return Result{Txn: resume}, err
 	}
 	defer h.Release()
+	if _, err := e.closeStale(ctx, h, c, st.NodeName, resume); err != nil {
+		e.log.Warn("the cluster still shows an ended transaction of this node open", "err", err)
+	}
 	e.hold = h
 	defer func() { e.hold = nil }()
 	res, err := f()
@@ -113,7 +116,7 @@ func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestat
 	if err == nil {
 		return true, nil
 	}
-	if errors.Is(err, cluster.ErrBeginUnknown) {
+	if errors.Is(err, cluster.ErrBeginUnknown) || errors.Is(err, cluster.ErrBeginNotSent) {
 		return false, fmt.Errorf("%w before anything was changed: %v; run `stratum-upgrade resume` once the cluster's etcd answers: %w", ErrInterrupted, err, ErrStillOpen)
 	}
 	reason := fmt.Sprintf("the cluster could not record the transaction, so nothing was changed: %v", err)
@@ -225,12 +228,8 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("the cluster still shows transaction %s open, which ended %s here; recording its end: %w", last.ID, last.Phase, err)
 	}
 	defer h.Release()
-	if err := h.Resumed(ctx, *p); err != nil {
-		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("recording the end of transaction %s in the cluster: %w", last.ID, err)
+	if _, err := e.closeStale(ctx, h, c, st.NodeName, ""); err != nil {
+		return Result{Outcome: Nothing, Txn: last.ID}, err
 	}
-	if err := h.End(ctx, string(last.Phase), last.Reason); err != nil {
-		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("recording the end of transaction %s in the cluster: %w", last.ID, err)
-	}
-	e.event(last.ID, last.Phase, "cluster-end", "", "", fmt.Sprintf("recorded in the cluster that transaction %s ended %s: the write had failed when it ended, and the other nodes waited for it", last.ID, last.Phase))
 	return Result{Outcome: Nothing, Txn: last.ID}, nil
 }
