@@ -179,6 +179,9 @@ func (h *Hold) put(ctx context.Context, key, val string, opts ...clientv3.OpOpti
 	return nil
 }
 
+// View is the cluster's rollout state, read while this node holds the lock.
+func (h *Hold) View(ctx context.Context) (*View, error) { return h.c.View(ctx) }
+
 // Lost is closed when the lock's lease is lost (expired or revoked).
 func (h *Hold) Lost() <-chan struct{} { return h.s.Done() }
 

@@ -112,7 +112,8 @@ func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestat
 	if e.hold == nil {
 		return true, nil
 	}
-	err := e.hold.Begin(ctx, cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to)})
+	from, _ := nodestate.Parse(txn.From)
+	err := e.hold.Begin(ctx, progressOf(txn, from, to))
 	if err == nil {
 		return true, nil
 	}
@@ -131,8 +132,9 @@ func (e *Engine) recordResume(ctx context.Context, txn *journal.Txn) {
 	if e.hold == nil {
 		return
 	}
+	from, _ := nodestate.Parse(txn.From)
 	to, _ := nodestate.Parse(txn.To)
-	if err := e.hold.Resumed(ctx, cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to)}); err != nil {
+	if err := e.hold.Resumed(ctx, progressOf(txn, from, to)); err != nil {
 		e.log.Warn("the cluster's view of this node's transaction is behind", "txn", txn.ID, "err", err)
 	}
 }
@@ -142,6 +144,26 @@ func (e *Engine) recordPhase(p journal.Phase) {
 	if e.hold != nil {
 		e.hold.Phase(context.Background(), string(p))
 	}
+}
+
+// progressOf is txn's record in the cluster, from state from to state to
+// (either nil when not known).
+func progressOf(txn *journal.Txn, from, to *nodestate.NodeState) cluster.Progress {
+	return cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to),
+		APIServerFrom: apiServerOf(from), APIServerTo: apiServerOf(to)}
+}
+
+// apiServerOf is st's kube-apiserver version ("v1.36.3"), "" when st is
+// nil or has none.
+func apiServerOf(st *nodestate.NodeState) string {
+	if st == nil || st.Image(nodestate.KubeAPIServer) == "" {
+		return ""
+	}
+	v, err := st.ComponentVersion(nodestate.KubeAPIServer)
+	if err != nil || v == nil {
+		return ""
+	}
+	return "v" + v.String()
 }
 
 func versionsOf(st *nodestate.NodeState) string {
