@@ -5,7 +5,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -27,12 +26,10 @@ type Hold struct {
 	// beginReported, when set (tests only), is the error Begin's write
 	// reports after it committed: a write that timed out but took effect.
 	beginReported error
+	// beginLate, when set (tests only), holds Begin's write back: Begin
+	// reports its error, and the test sends the write after the read-back.
+	beginLate *lateWrite
 }
-
-// ErrBeginUnknown: the write of a transaction's begin failed and reading it
-// back failed too, so whether the cluster recorded it is unknown; the
-// caller must neither go on nor roll back as though it was never recorded.
-var ErrBeginUnknown = errors.New("whether the cluster recorded the transaction is unknown")
 
 // check refuses under the lock: a halt, or another node with a transaction
 // open. A resumed transaction (resume != "") that the cluster recorded as
@@ -92,60 +89,6 @@ func (h *Hold) downgradeThrough(ctx context.Context, kind, etcdDownTo string) (b
 	return minorOf(d.Target) == etcdDownTo, nil
 }
 
-// Begin records the node's transaction as open, only while this node holds
-// the lock (a lease that expired since Acquire fails it).
-func (h *Hold) Begin(ctx context.Context, p Progress) error {
-	now := time.Now().UTC()
-	p.Node, p.Started, p.Updated, p.Outcome = h.c.cfg.Node, now, now, ""
-	v, err := encode(p)
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	r, err := h.c.cli.Txn(wctx).If(h.m.IsOwner()).Then(clientv3.OpPut(nodesPrefix+h.c.cfg.Node, v)).Commit()
-	if err == nil && h.beginReported != nil {
-		err = h.beginReported
-	}
-	if err != nil {
-		// A write that timed out may have taken effect all the same: what
-		// the cluster holds decides, not the error.
-		cur, rerr := h.readBack(ctx)
-		switch {
-		case rerr != nil:
-			return fmt.Errorf("%w: transaction %s: the write failed (%v) and reading it back failed too (%v)", ErrBeginUnknown, p.Txn, err, rerr)
-		case cur == nil || cur.Txn != p.Txn || !cur.Open():
-			return fmt.Errorf("%w: record transaction %s: %v (read back: not recorded)", ErrUnreachable, p.Txn, err)
-		}
-		h.c.cfg.Log.Info("the write of the transaction's begin reported an error but took effect", "txn", p.Txn, "err", err)
-		h.progress = *cur
-		return nil
-	}
-	if !r.Succeeded {
-		return fmt.Errorf("%w: this node's lease expired before transaction %s was recorded; run it again", ErrLockTimeout, p.Txn)
-	}
-	h.progress = p
-	return nil
-}
-
-// readBack reads this node's progress, retrying for up to writeTimeout
-// while etcd does not answer (a leader election after the failed write).
-func (h *Hold) readBack(ctx context.Context) (*Progress, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	for {
-		p, err := h.c.Node(ctx, h.c.cfg.Node)
-		if err == nil {
-			return p, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
 // Resumed records that the node's open transaction is being driven again.
 func (h *Hold) Resumed(ctx context.Context, p Progress) error {
 	cur, err := h.c.Node(ctx, h.c.cfg.Node)
@@ -179,26 +122,44 @@ func (h *Hold) End(ctx context.Context, outcome, reason string) error {
 	if h.progress.Txn == "" {
 		return nil
 	}
+	halts := outcome == "rolled-back" || outcome == "rollback-failed"
+	p, err := h.close(ctx, h.progress, outcome, reason, halts)
+	h.progress = p
+	return err
+}
+
+// Close records the end of p, this node's transaction the cluster still
+// shows open though its journal ended it, with the journal's outcome;
+// halts writes the halt beside it, as End does. A transaction that ended
+// before it changed anything closes without a halt: it did nothing to
+// stop the rollout for.
+func (h *Hold) Close(ctx context.Context, p Progress, outcome, reason string, halts bool) error {
+	p.Node = h.c.cfg.Node
+	_, err := h.close(ctx, p, outcome, reason, halts)
+	return err
+}
+
+func (h *Hold) close(ctx context.Context, p Progress, outcome, reason string, halts bool) (Progress, error) {
 	now := time.Now().UTC()
-	h.progress.Outcome, h.progress.Phase, h.progress.Reason, h.progress.Updated = outcome, outcome, reason, now
-	v, err := encode(h.progress)
+	p.Outcome, p.Phase, p.Reason, p.Updated = outcome, outcome, reason, now
+	v, err := encode(p)
 	if err != nil {
-		return err
+		return p, err
 	}
 	ops := []clientv3.Op{clientv3.OpPut(nodesPrefix+h.c.cfg.Node, v)}
-	if outcome == "rolled-back" || outcome == "rollback-failed" {
-		hv, err := encode(Halt{Node: h.c.cfg.Node, Txn: h.progress.Txn, Outcome: outcome, Reason: reason, At: now})
+	if halts {
+		hv, err := encode(Halt{Node: h.c.cfg.Node, Txn: p.Txn, Outcome: outcome, Reason: reason, At: now})
 		if err != nil {
-			return err
+			return p, err
 		}
 		ops = append(ops, clientv3.OpPut(haltKey, hv))
 	}
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	if _, err := h.c.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-		return fmt.Errorf("%w: record the end (%s) of transaction %s: %v", ErrUnreachable, outcome, h.progress.Txn, err)
+		return p, fmt.Errorf("%w: record the end (%s) of transaction %s: %v", ErrUnreachable, outcome, p.Txn, err)
 	}
-	return nil
+	return p, nil
 }
 
 func (h *Hold) write(ctx context.Context) error {
@@ -217,6 +178,9 @@ func (h *Hold) put(ctx context.Context, key, val string, opts ...clientv3.OpOpti
 	}
 	return nil
 }
+
+// View is the cluster's rollout state, read while this node holds the lock.
+func (h *Hold) View(ctx context.Context) (*View, error) { return h.c.View(ctx) }
 
 // Lost is closed when the lock's lease is lost (expired or revoked).
 func (h *Hold) Lost() <-chan struct{} { return h.s.Done() }

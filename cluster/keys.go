@@ -21,6 +21,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -48,13 +49,41 @@ type Progress struct {
 	// Forgotten is who closed the transaction in the node's place, and why.
 	Forgotten *Forgotten `json:"forgotten,omitempty"`
 	// To is the target's Kubernetes and etcd versions, for status.
-	To      string    `json:"to,omitempty"`
-	Started time.Time `json:"started"`
-	Updated time.Time `json:"updated"`
+	To string `json:"to,omitempty"`
+	// APIServerFrom and APIServerTo are the node's kube-apiserver version
+	// before and after the transaction ("v1.36.3"): the other nodes' skew
+	// check reads the node's kube-apiserver from them (APIServers).
+	APIServerFrom string    `json:"apiServerFrom,omitempty"`
+	APIServerTo   string    `json:"apiServerTo,omitempty"`
+	Started       time.Time `json:"started"`
+	Updated       time.Time `json:"updated"`
 }
 
 // Open reports whether the transaction has not ended.
 func (p Progress) Open() bool { return p.Outcome == "" && p.Txn != "" }
+
+// APIServers is the kube-apiserver versions the node may run by its
+// record: the target once committed, the source once rolled back, either
+// while open, after a failed rollback or once forgotten. Nil when the
+// record holds none (a node whose transactions predate the fields).
+func (p Progress) APIServers() []string {
+	var out []string
+	add := func(v string) {
+		if v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	switch p.Outcome {
+	case "committed":
+		add(p.APIServerTo)
+	case "rolled-back":
+		add(p.APIServerFrom)
+	default:
+		add(p.APIServerFrom)
+		add(p.APIServerTo)
+	}
+	return out
+}
 
 // KindRollbackLast is the kind (journal.KindRollbackLast) of the one
 // transaction a halt lets through while etcd downgrades.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -34,6 +35,33 @@ func (h *Health) OthersOnMinor(minor string) (bool, []string) {
 		}
 	}
 	return len(behind) == 0, behind
+}
+
+// ReadMembers is every member's health and etcd version, each from its own
+// status at its own client URLs (as CheckQuorum reads them, without its
+// verdict): what a skew check decides from, live. It returns an error only
+// when the member list cannot be read.
+func ReadMembers(ctx context.Context, cli *clientv3.Client, self string) (*Health, error) {
+	return observe(ctx, cli, self)
+}
+
+// Below names the members but self whose etcd runs a minor older than
+// minor ("3.6"), as "name (version)", and apart those whose version could
+// not be read (it did not answer its status, or has not started): an
+// unread version is never taken for any minor. Both are sorted by name.
+func (h *Health) Below(minor string) (below, unknown []string) {
+	for _, m := range h.Members {
+		switch {
+		case m.ID == h.Self:
+		case m.Version == "":
+			unknown = append(unknown, fmt.Sprintf("%s (%s)", orUnknown(m.Name), orUnknown(m.Err)))
+		case !MinorAtLeast(m.Version, minor):
+			below = append(below, fmt.Sprintf("%s (%s)", m.Name, m.Version))
+		}
+	}
+	slices.Sort(below)
+	slices.Sort(unknown)
+	return below, unknown
 }
 
 // Versions is what a rollback decides etcd's way back from: every

@@ -65,6 +65,9 @@ func (e *Engine) begin(ctx context.Context, kind string, st *nodestate.NodeState
 	}
 	return e.coordinated(ctx, t, c, p.From, p.To, kind, "", func() (Result, error) {
 		// Asked once the rollout lock is held, right before Begin.
+		if err := e.clusterSkew(ctx, b); err != nil {
+			return Result{}, err
+		}
 		down := e.downBefore(ctx, p.From)
 		txn, err := e.j.Begin(journal.Txn{Kind: kind, From: from, To: to, Release: b.release, Source: b.source, Changed: p.Changed(), Targets: p.Targets(), IgnoredChecks: ignoredChecks(p.Ignored), Down: down})
 		if err != nil {

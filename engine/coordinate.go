@@ -57,6 +57,9 @@ func (e *Engine) coordinated(ctx context.Context, t topology, c *cluster.Coordin
 		return Result{Txn: resume}, err
 	}
 	defer h.Release()
+	if _, err := e.closeStale(ctx, h, c, st.NodeName, resume); err != nil {
+		e.log.Warn("the cluster still shows an ended transaction of this node open", "err", err)
+	}
 	e.hold = h
 	defer func() { e.hold = nil }()
 	res, err := f()
@@ -109,11 +112,12 @@ func (e *Engine) recordBegin(ctx context.Context, txn *journal.Txn, to *nodestat
 	if e.hold == nil {
 		return true, nil
 	}
-	err := e.hold.Begin(ctx, cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to)})
+	from, _ := nodestate.Parse(txn.From)
+	err := e.hold.Begin(ctx, progressOf(txn, from, to))
 	if err == nil {
 		return true, nil
 	}
-	if errors.Is(err, cluster.ErrBeginUnknown) {
+	if errors.Is(err, cluster.ErrBeginUnknown) || errors.Is(err, cluster.ErrBeginNotSent) {
 		return false, fmt.Errorf("%w before anything was changed: %v; run `stratum-upgrade resume` once the cluster's etcd answers: %w", ErrInterrupted, err, ErrStillOpen)
 	}
 	reason := fmt.Sprintf("the cluster could not record the transaction, so nothing was changed: %v", err)
@@ -128,8 +132,9 @@ func (e *Engine) recordResume(ctx context.Context, txn *journal.Txn) {
 	if e.hold == nil {
 		return
 	}
+	from, _ := nodestate.Parse(txn.From)
 	to, _ := nodestate.Parse(txn.To)
-	if err := e.hold.Resumed(ctx, cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to)}); err != nil {
+	if err := e.hold.Resumed(ctx, progressOf(txn, from, to)); err != nil {
 		e.log.Warn("the cluster's view of this node's transaction is behind", "txn", txn.ID, "err", err)
 	}
 }
@@ -139,6 +144,26 @@ func (e *Engine) recordPhase(p journal.Phase) {
 	if e.hold != nil {
 		e.hold.Phase(context.Background(), string(p))
 	}
+}
+
+// progressOf is txn's record in the cluster, from state from to state to
+// (either nil when not known).
+func progressOf(txn *journal.Txn, from, to *nodestate.NodeState) cluster.Progress {
+	return cluster.Progress{Txn: txn.ID, Kind: txn.Kind, Phase: string(txn.Phase), To: versionsOf(to),
+		APIServerFrom: apiServerOf(from), APIServerTo: apiServerOf(to)}
+}
+
+// apiServerOf is st's kube-apiserver version ("v1.36.3"), "" when st is
+// nil or has none.
+func apiServerOf(st *nodestate.NodeState) string {
+	if st == nil || st.Image(nodestate.KubeAPIServer) == "" {
+		return ""
+	}
+	v, err := st.ComponentVersion(nodestate.KubeAPIServer)
+	if err != nil || v == nil {
+		return ""
+	}
+	return "v" + v.String()
 }
 
 func versionsOf(st *nodestate.NodeState) string {
@@ -225,12 +250,8 @@ func (e *Engine) reconcileEnd(ctx context.Context) (Result, error) {
 		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("the cluster still shows transaction %s open, which ended %s here; recording its end: %w", last.ID, last.Phase, err)
 	}
 	defer h.Release()
-	if err := h.Resumed(ctx, *p); err != nil {
-		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("recording the end of transaction %s in the cluster: %w", last.ID, err)
+	if _, err := e.closeStale(ctx, h, c, st.NodeName, ""); err != nil {
+		return Result{Outcome: Nothing, Txn: last.ID}, err
 	}
-	if err := h.End(ctx, string(last.Phase), last.Reason); err != nil {
-		return Result{Outcome: Nothing, Txn: last.ID}, fmt.Errorf("recording the end of transaction %s in the cluster: %w", last.ID, err)
-	}
-	e.event(last.ID, last.Phase, "cluster-end", "", "", fmt.Sprintf("recorded in the cluster that transaction %s ended %s: the write had failed when it ended, and the other nodes waited for it", last.ID, last.Phase))
 	return Result{Outcome: Nothing, Txn: last.ID}, nil
 }

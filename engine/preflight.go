@@ -46,7 +46,7 @@ const IgnoreAll = "all"
 // PreflightChecks is the name of every pre-flight check, in the order
 // their failures are reported.
 func PreflightChecks() []string {
-	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet)
+	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet, CheckEtcdMemberSkew, CheckAPIServerSkew)
 }
 
 // CheckIgnore validates the names of checks to ignore: each a known check
@@ -89,6 +89,12 @@ func (e *PreflightError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrPreflight) hold.
 func (e *PreflightError) Unwrap() error { return ErrPreflight }
+
+// Ignorable reports whether --ignore-preflight-errors could let every
+// failure through: none is outside what Kubernetes and etcd support.
+func (e *PreflightError) Ignorable() bool {
+	return !slices.ContainsFunc(e.Failed, func(f versions.Finding) bool { return f.Unsupported })
+}
 
 // UpgradeOptions are the options of one plan or run.
 type UpgradeOptions struct {
@@ -212,11 +218,12 @@ func v2CheckSkipped(to *nodestate.NodeState) bool {
 const electionWait = 10 * time.Second
 
 // settle splits the findings into failed and ignored ones, and returns the
-// refusal, or nil when every failure was ignored.
+// refusal, or nil when every failure was ignored. A finding whose result
+// Kubernetes or etcd do not support (Unsupported) is never ignored.
 func (p preflight) settle(findings []versions.Finding) ([]versions.Finding, error) {
 	var failed, ignored []versions.Finding
 	for _, f := range findings {
-		if p.ignores(f.Check) {
+		if p.ignores(f.Check) && !f.Unsupported {
 			ignored = append(ignored, f)
 		} else {
 			failed = append(failed, f)

@@ -67,6 +67,10 @@ type Finding struct {
 	Check     string `json:"check"`
 	Component string `json:"component,omitempty"`
 	Message   string `json:"message"`
+	// Unsupported: the move ends outside what Kubernetes or etcd support
+	// (kubeadm refuses it unconditionally); --ignore-preflight-errors does
+	// not let it through.
+	Unsupported bool `json:"-"`
 }
 
 func (f Finding) String() string { return "[" + f.Check + "] " + f.Message }
@@ -78,12 +82,15 @@ func (f Finding) String() string { return "[" + f.Check + "] " + f.Message }
 // (only UnsupportedVersion looks at the target alone).
 func UpgradePath(from, to *nodestate.NodeState) []Finding {
 	var out []Finding
-	add := func(check, comp, format string, a ...any) {
-		f := Finding{Check: check, Component: comp, Message: fmt.Sprintf(format, a...)}
-		if !slices.Contains(out, f) {
-			out = append(out, f)
+	record := func(unsupported bool) addFunc {
+		return func(check, comp, format string, a ...any) {
+			f := Finding{Check: check, Component: comp, Message: fmt.Sprintf(format, a...), Unsupported: unsupported}
+			if !slices.Contains(out, f) {
+				out = append(out, f)
+			}
 		}
 	}
+	add, unsupported := record(false), record(true)
 	for _, c := range nodestate.Components {
 		if to.Image(c) == "" {
 			continue
@@ -97,11 +104,11 @@ func UpgradePath(from, to *nodestate.NodeState) []Finding {
 		}
 	}
 	if fv, tv, ok := pair(from, to, nodestate.Etcd); ok {
-		etcdPath(fv, tv, add)
+		etcdPath(fv, tv, add, unsupported)
 	}
 	for _, c := range kubernetesComponents {
 		if fv, tv, ok := pair(from, to, c); ok {
-			kubernetesPath(c, fv, tv, add)
+			kubernetesPath(c, fv, tv, add, unsupported)
 		}
 	}
 	skew(from, to, add)
@@ -112,6 +119,26 @@ func UpgradePath(from, to *nodestate.NodeState) []Finding {
 }
 
 type addFunc func(check, comp, format string, a ...any)
+
+// minorsBack is how many minors tv is below fv (a major down counts as
+// more than one); 0 when it is not below.
+func minorsBack(fv, tv *version.Version) int {
+	switch {
+	case tv.Major() < fv.Major():
+		return 2
+	case tv.Major() > fv.Major() || tv.Minor() >= fv.Minor():
+		return 0
+	}
+	return int(fv.Minor() - tv.Minor())
+}
+
+// back says how far tv is below fv: "two minors (1.37 -> 1.35)".
+func back(fv, tv *version.Version) string {
+	if tv.Major() != fv.Major() {
+		return fmt.Sprintf("a major version (%s -> %s)", MinorOf(fv), MinorOf(tv))
+	}
+	return fmt.Sprintf("%d minors (%s -> %s)", minorsBack(fv, tv), MinorOf(fv), MinorOf(tv))
+}
 
 // pair is component c's version before and after, false when c is not on
 // both sides or a version is unknown.
@@ -130,11 +157,16 @@ func pair(from, to *nodestate.NodeState, c string) (fv, tv *version.Version, ok 
 	return fv, tv, true
 }
 
-// etcdPath: one minor at a time, from the minimum patch, never down.
-func etcdPath(fv, tv *version.Version, add addFunc) {
+// etcdPath: one minor at a time, from the minimum patch, never down;
+// never more than one minor down, whatever is ignored (unsupported).
+func etcdPath(fv, tv *version.Version, add, unsupported addFunc) {
 	e := nodestate.Etcd
 	switch {
 	case tv.LessThan(fv):
+		if minorsBack(fv, tv) > 1 {
+			unsupported(CheckEtcdDowngrade, e, "etcd %s -> %s goes back %s: etcd goes back one minor at a time (its downgrade protocol), and this cannot be ignored; go back one minor at a time, or restore etcd from a backup", fv, tv, back(fv, tv))
+			return
+		}
 		if sameMinor(fv, tv) {
 			add(CheckEtcdDowngrade, e, "etcd %s -> %s is a patch downgrade: run does not downgrade etcd; use a release with etcd %s or a later %s patch", fv, tv, fv, MinorOf(fv))
 		} else {
@@ -159,9 +191,12 @@ func etcdPath(fv, tv *version.Version, add addFunc) {
 	}
 }
 
-// kubernetesPath: one minor at a time, never down.
-func kubernetesPath(c string, fv, tv *version.Version, add addFunc) {
+// kubernetesPath: one minor at a time, never down; never more than one
+// minor down, whatever is ignored (unsupported): kubeadm refuses it too.
+func kubernetesPath(c string, fv, tv *version.Version, add, unsupported addFunc) {
 	switch {
+	case minorsBack(fv, tv) > 1:
+		unsupported(CheckKubernetesDowngrade, c, "%s %s -> %s goes back %s: Kubernetes supports going back at most one minor, and this cannot be ignored; go back one minor at a time, or restore the control plane from a backup", c, kv(fv), kv(tv), back(fv, tv))
 	case tv.LessThan(fv):
 		add(CheckKubernetesDowngrade, c, "%s %s -> %s is a downgrade: run only upgrades (a rollback --last puts back the release before the last committed upgrade); otherwise use a release with %s %s or later", c, kv(fv), kv(tv), c, kv(fv))
 	case tv.Major() != fv.Major() || tv.Minor() > fv.Minor()+1:

@@ -39,6 +39,8 @@ func TestUpgradePath(t *testing.T) {
 		// message must contain every string of msg.
 		want []string
 		msg  []string
+		// unsupported: every finding is Unsupported (none otherwise).
+		unsupported bool
 	}{
 		{name: "patch upgrade", from: k("3.6.16", "v1.36.3"), to: k("3.6.17", "v1.36.4")},
 		{name: "nothing moves", from: k("3.6.16", "v1.36.3"), to: k("3.6.16", "v1.36.3")},
@@ -66,6 +68,14 @@ func TestUpgradePath(t *testing.T) {
 			want: []string{"EtcdDowngrade etcd"}, msg: []string{"is a downgrade", "etcd 3.6.16 or later"}},
 		{name: "etcd patch downgrade", from: k("3.6.16", "v1.36.3"), to: k("3.6.15", "v1.36.3"),
 			want: []string{"EtcdDowngrade etcd"}, msg: []string{"patch downgrade", "etcd 3.6.16 or a later 3.6 patch"}},
+
+		// More than one minor down is outside support: never ignorable.
+		{name: "etcd two minors down", from: k("3.7.3", "v1.37.2"), to: k("3.5.35", "v1.37.2"),
+			want: []string{"EtcdDowngrade etcd"}, unsupported: true,
+			msg: []string{"etcd 3.7.3 -> 3.5.35 goes back 2 minors (3.7 -> 3.5)", "cannot be ignored", "one minor at a time, or restore etcd from a backup"}},
+		{name: "kubernetes two minors down", from: k("3.6.16", "v1.37.2"), to: k("3.6.16", "v1.35.4"),
+			want: []string{"KubernetesDowngrade kube-apiserver", "KubernetesDowngrade kube-controller-manager", "KubernetesDowngrade kube-scheduler"}, unsupported: true,
+			msg: []string{"kube-apiserver v1.37.2 -> v1.35.4 goes back 2 minors (1.37 -> 1.35)", "cannot be ignored", "one minor at a time, or restore the control plane from a backup"}},
 
 		// Digest-pinned images: the version comes from the versions field.
 		{name: "digest-pinned etcd skip", from: k("@3.5.35", "v1.36.3"), to: k("@3.7.3", "v1.36.3"),
@@ -139,6 +149,9 @@ func TestUpgradePath(t *testing.T) {
 			for _, f := range got {
 				if !slices.Contains(PathChecks, f.Check) {
 					t.Errorf("finding of an unknown check %q", f.Check)
+				}
+				if f.Unsupported != tc.unsupported {
+					t.Errorf("%s: Unsupported %v, want %v", f, f.Unsupported, tc.unsupported)
 				}
 			}
 		})

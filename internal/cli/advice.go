@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ciq/stratum-upgrade/cluster"
@@ -91,6 +92,14 @@ func (g *globals) preflightAdvice(err error) string {
 	if !errors.As(err, &pe) {
 		return adv
 	}
+	if !pe.Ignorable() {
+		// A move outside what Kubernetes or etcd support: no flag lets it
+		// through, and its message says the supported way.
+		adv = ""
+		if slices.ContainsFunc(pe.Failed, func(f versions.Finding) bool { return !f.Unsupported }) {
+			adv = "\nThe checks that cannot be ignored refuse whatever is let through; the others can be let through with --ignore-preflight-errors=NAME[,NAME...] once those pass"
+		}
+	}
 	var downgrade, health, image, other, path bool
 	for _, f := range pe.Failed {
 		switch f.Check {
@@ -115,7 +124,8 @@ func (g *globals) preflightAdvice(err error) string {
 	// Only the upgrade-path checks of a release name a release that would
 	// be valid; etcd's health, a downgrade or a node state's change do not.
 	if path && strings.HasPrefix(pe.Subject, "release ") {
-		adv = "\nEach check says which release would be valid: upgrade through it first. " + strings.TrimPrefix(adv, "\n")
+		adv = strings.TrimSpace("\nEach check says which release would be valid: upgrade through it first. " + strings.TrimPrefix(adv, "\n"))
+		adv = "\n" + adv
 	}
 	if downgrade {
 		adv += fmt.Sprintf("\nTo go back to the release before the last committed upgrade, run `%s`", g.cmdline("rollback --last"))
