@@ -42,6 +42,10 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 			e.log.Warn("a component's manifest was changed after its step; writing it again", "component", comp)
 		}
 		if !resumed {
+			// Its images may have left the node since the pre-flight.
+			if err := e.imagesBeforeStop(ctx, r, comp); err != nil {
+				return err
+			}
 			// Before the mark: a refused gate leaves etcd unwritten, and
 			// the rollback leaves its member alone. A stop of etcd is
 			// gated as its replacement is.
