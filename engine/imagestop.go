@@ -30,7 +30,7 @@ type ImageMissingError struct {
 }
 
 func (e *ImageMissingError) Error() string {
-	return fmt.Sprintf("%s: %s; it was on the node at the pre-flight and is gone (kubelet's image garbage collection?): %s was not stopped", e.Component, e.Reason, e.Component)
+	return fmt.Sprintf("%s: checked again right before its stop, %s (removed since the pre-flight, by kubelet's image garbage collection?); nothing of %s was stopped or written", e.Component, e.Reason, e.Component)
 }
 
 // imagesBeforeStop makes sure the images comp runs after its step of r are

@@ -75,7 +75,7 @@ func TestImageGoneBeforeStopUnpullable(t *testing.T) {
 	if res.Outcome != RolledBack || !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("Run: %+v %v, want rolled back", res, err)
 	}
-	if !strings.Contains(res.Reason, img) || !strings.Contains(res.Reason, why) || !strings.Contains(res.Reason, comp+" was not stopped") {
+	if !strings.Contains(res.Reason, img) || !strings.Contains(res.Reason, why) || !strings.Contains(res.Reason, "nothing of "+comp+" was stopped or written") {
 		t.Fatalf("reason %q: want the image %s, the runtime's reason and that %s was not stopped", res.Reason, img, comp)
 	}
 	for _, ev := range n.events {
