@@ -106,8 +106,8 @@ func TestLostJournal(t *testing.T) {
 	if _, _, errOut := fx.su(t, "status"); !strings.Contains(errOut, "warning: "+"no journal at "+fx.journal) || !strings.Contains(errOut, says) {
 		t.Errorf("status does not warn of the lost journal:\n%s", errOut)
 	}
-	if code, out, errOut := fx.su(t, "init", "--state="+fx.stateFile); code != cli.ExitOK {
-		t.Fatalf("init after the journal was moved aside: exit %d\n%s%s", code, out, errOut)
+	if code, out, errOut := fx.su(t, "init", "--state="+fx.stateFile); code != cli.ExitOK || !strings.Contains(errOut, "warning: no journal at "+fx.journal) || !strings.Contains(errOut, "init creates a new journal") {
+		t.Fatalf("init after the journal was moved aside: exit %d, want 0 with a warning\n%s%s", code, out, errOut)
 	}
 	if code, out, errOut := fx.su(t, "resume", "--prepare"); code != cli.ExitOK {
 		t.Errorf("resume --prepare after init: exit %d\n%s%s", code, out, errOut)

@@ -140,6 +140,12 @@ func (g *globals) createJournal(move bool) (*journal.Journal, error) {
 		}
 		return nil, fmt.Errorf("state directory %s: %w (choose another with --state-dir)", g.stateDir, err)
 	}
+	if ok, err := g.journalExists(); err == nil && !ok {
+		if nj := g.noJournal().(*noJournalError); nj.lost() {
+			// The runbook's re-import after a lost journal: allowed, said.
+			fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s; init creates a new journal, which does not know those transactions (rollback --last cannot undo them, retention does not remove them)\n", nj)
+		}
+	}
 	j, err := g.open(false)
 	if err != nil {
 		return nil, err
