@@ -12,8 +12,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/ciq/stratum-upgrade/cri"
+	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
 // goneAfterBegin sets up a run whose first component's new image leaves
@@ -140,5 +142,35 @@ func TestImageCheckBeforeStopPauses(t *testing.T) {
 		if strings.HasPrefix(ev, "applying stop ") || strings.HasPrefix(ev, "applying write ") {
 			t.Fatalf("a component was stopped or written: %s", ev)
 		}
+	}
+}
+
+// A step resumed after a crash between its mark and its stop checks its
+// images again too: after a reboot, kubelet's image garbage collection has
+// had all the time it needs.
+func TestImageGoneBeforeResumedStopPulled(t *testing.T) {
+	n := newMemNode(t)
+	fired := false
+	e := n.engine(crashAt(fault.BeforeWrite.Of(nodestate.Scheduler), &fired))
+	f := n.imageRuntime(e)
+	rel := release(n.st, true, "", "")
+	if _, died := survive(func() error { _, err := e.Run(t.Context(), rel, nil); return err }); !died {
+		t.Fatal("the upgrade never reached the scheduler's write")
+	}
+	n.crash(false)
+	img := rel.Images[nodestate.Scheduler]
+	if err := f.ImageService.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: img}); err != nil {
+		t.Fatal(err)
+	}
+	r := n.engine(nil)
+	r.images = e.images
+	n.events = nil
+	if res, err := r.Resume(t.Context()); err != nil || res.Outcome != Committed {
+		t.Fatalf("Resume: %+v %v", res, err)
+	}
+	pulled := firstIndex(n.events, "applying image-pulled "+nodestate.Scheduler+": image "+img+" pulled")
+	stop := firstIndex(n.events, "applying stop "+nodestate.Scheduler+":")
+	if pulled < 0 || stop < pulled {
+		t.Fatalf("pulled again at event %d, stopped at %d:\n%s", pulled, stop, strings.Join(n.events, "\n"))
 	}
 }
