@@ -42,6 +42,10 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 			e.log.Warn("a component's manifest was changed after its step; writing it again", "component", comp)
 		}
 		if !resumed {
+			// Its images may have left the node since the pre-flight.
+			if err := e.imagesBeforeStop(ctx, r, comp); err != nil {
+				return err
+			}
 			// Before the mark: a refused gate leaves etcd unwritten, and
 			// the rollback leaves its member alone. A stop of etcd is
 			// gated as its replacement is.
@@ -212,8 +216,13 @@ func (e *Engine) remark(ctx context.Context, r *run, p journal.Phase, st *nodest
 	if on {
 		return m, nil
 	}
-	// The step's stop is still to come (or under way): it passes the gate
-	// as a fresh step's does.
+	// The step's stop is still to come (or under way): it checks the
+	// images and passes the gate as a fresh step's does.
+	if p != journal.PhaseRollingBack {
+		if err := e.imagesBeforeStop(ctx, r, comp); err != nil {
+			return m, err
+		}
+	}
 	if err := e.resumeGate(ctx, r, p, comp); err != nil {
 		return m, err
 	}

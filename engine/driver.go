@@ -90,7 +90,7 @@ func (e *Engine) drive(ctx context.Context, txn *journal.Txn) (Result, error) {
 		if errors.Is(stepErr, errFatalJournal) {
 			return r.result("", ""), stepErr
 		}
-		if errors.Is(stepErr, errGatePaused) {
+		if errors.Is(stepErr, errGatePaused) || errors.Is(stepErr, errImageWait) {
 			return r.result("", ""), fmt.Errorf("%w in phase %s of transaction %s: %v: %w", ErrInterrupted, r.txn.Phase, r.txn.ID, stepErr, ErrStillOpen)
 		}
 		e.log.Info("upgrade step failed; rolling back", "txn", r.txn.ID, "phase", r.txn.Phase, "err", stepErr)

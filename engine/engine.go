@@ -142,7 +142,10 @@ type Engine struct {
 	images       Images
 	// noRuntimeOnce says once that no container runtime answers.
 	noRuntimeOnce sync.Once
-	coord         Coordination
+	// runtime is the image runtime the last pre-flight reached (dialed), or
+	// why it reached none; the checks before each stop reuse it.
+	runtime dialedRuntime
+	coord   Coordination
 	// hold is the rollout lock while a transaction of a multi-member
 	// cluster is driven (nil otherwise).
 	hold *cluster.Hold

@@ -151,7 +151,8 @@ func (e *Engine) ensureImages(ctx context.Context, p *Plan) ([]versions.Finding,
 	if err != nil || len(need) == 0 {
 		return nil, err
 	}
-	rt, err := e.images.Connect()
+	e.runtime = dialedRuntime{}
+	rt, err := e.runtime.get(e.images.Connect)
 	if err != nil {
 		if e.images.Require {
 			return nil, fmt.Errorf("%w: %v; nothing was written (--require-cri)", ErrNoRuntime, err)
@@ -167,15 +168,18 @@ func (e *Engine) ensureImages(ctx context.Context, p *Plan) ([]versions.Finding,
 	}
 	var findings []versions.Finding
 	for _, n := range need {
-		if f := e.ensureImage(ctx, rt, n, timeout); f != nil {
+		if f, _ := e.ensureImage(ctx, rt, n, timeout, "", journal.PhasePlanned); f != nil {
 			findings = append(findings, *f)
 		}
 	}
 	return findings, nil
 }
 
-// ensureImage makes sure n is on the node: a finding when it is not.
-func (e *Engine) ensureImage(ctx context.Context, rt ImageRuntime, n NeededImage, timeout time.Duration) *versions.Finding {
+// ensureImage makes sure n is on the node, with progress events of
+// transaction id in phase p: a finding when it is not. unsure says the
+// finding is no answer of the runtime: it did not answer the lookup, or
+// the pull ran out of --image-pull-timeout.
+func (e *Engine) ensureImage(ctx context.Context, rt ImageRuntime, n NeededImage, timeout time.Duration, id string, p journal.Phase) (f *versions.Finding, unsure bool) {
 	comp := n.Components[0]
 	purpose := "for " + strings.Join(n.Components, ", ")
 	if n.Rollback {
@@ -184,28 +188,35 @@ func (e *Engine) ensureImage(ctx context.Context, rt ImageRuntime, n NeededImage
 	var gaveUp string
 	img, err := rt.Status(ctx, n.Ref)
 	if err == nil && img.Present {
-		e.event("", journal.PhasePlanned, "image", comp, "", fmt.Sprintf("image %s present (%s) %s", n.Ref, size(img.Size), purpose))
-		return nil
+		if p != journal.PhasePlanned {
+			// Checked again before a stop: said only when pulled.
+			e.log.Debug("image present", "image", n.Ref, "component", comp)
+			return nil, false
+		}
+		e.event(id, p, "image", comp, "", fmt.Sprintf("image %s present (%s) %s", n.Ref, size(img.Size), purpose))
+		return nil, false
 	}
+	unsure = err != nil
 	if err == nil {
 		start := time.Now()
-		e.event("", journal.PhasePlanned, "image-pull", comp, "the pull of "+n.Ref, fmt.Sprintf("pulling image %s %s", n.Ref, purpose))
+		e.event(id, p, "image-pull", comp, "the pull of "+n.Ref, fmt.Sprintf("pulling image %s %s", n.Ref, purpose))
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		img, err = rt.Pull(pctx, n.Ref)
 		cancel()
 		if err == nil {
-			e.event("", journal.PhasePlanned, "image-pulled", comp, "", fmt.Sprintf("image %s pulled (%s in %s) %s", n.Ref, size(img.Size), time.Since(start).Round(time.Millisecond), purpose))
-			return nil
+			e.event(id, p, "image-pulled", comp, "", fmt.Sprintf("image %s pulled (%s in %s) %s", n.Ref, size(img.Size), time.Since(start).Round(time.Millisecond), purpose))
+			return nil, false
 		}
 		if pctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 			gaveUp = fmt.Sprintf(" (gave up after %s, --image-pull-timeout)", timeout)
+			unsure = true
 		}
 	}
 	msg := fmt.Sprintf("image %s (%s) is not on the node and was not pulled: %v%s", n.Ref, purpose, err, gaveUp)
 	if pe := (*cri.PullError)(nil); errors.As(err, &pe) {
 		msg = fmt.Sprintf("image %s (%s) is not on the node, and the container runtime at %s could not pull it: %s%s", n.Ref, purpose, pe.Endpoint, pe.Reason, gaveUp)
 	}
-	return &versions.Finding{Check: CheckImagePull, Component: comp, Message: msg}
+	return &versions.Finding{Check: CheckImagePull, Component: comp, Message: msg}, unsure
 }
 
 // size is a byte count for a progress line.

@@ -43,8 +43,9 @@ var (
 	// ErrNeedsMigration: a read-only Open found an older schema; a
 	// read-write Open migrates it.
 	ErrNeedsMigration = errors.New("it needs migrating")
-	// ErrEmpty: a read-only Open found a 0-byte file: no journal was ever
-	// written to it.
+	// ErrEmpty: Open found a 0-byte file it did not create: no journal
+	// was ever written to it, or its data was lost. Returned errors are an
+	// *EmptyError. Nothing was written to the file.
 	ErrEmpty = errors.New("is empty")
 	// ErrNoState: no node state has been imported yet.
 	ErrNoState = errors.New("no node state in the journal; import one first")
@@ -85,6 +86,19 @@ func (e *CorruptError) Error() string {
 
 // Unwrap returns ErrCorrupt and the detail.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// EmptyError is the error of an Open that found a 0-byte file it did not
+// create. The file is left as it is: initialising it would replace a lost
+// journal by a new, empty one, and the node state, the history and an open
+// transaction would be forgotten without a word (errors.Is ErrEmpty).
+type EmptyError struct{ Path string }
+
+func (e *EmptyError) Error() string {
+	return fmt.Sprintf("journal %s is empty: 0 bytes, no journal was ever written to it (its creation was cut short, or a copy or a restore lost its data); nothing was written to it", e.Path)
+}
+
+// Unwrap returns ErrEmpty.
+func (e *EmptyError) Unwrap() error { return ErrEmpty }
 
 // lockedError is the error of an Open that timed out on the flock.
 type lockedError struct{ path string }

@@ -208,6 +208,14 @@ func TestOpenRefuses(t *testing.T) {
 			is:    ErrEmpty,
 		},
 		{
+			// Defect H (issue 37): a read-write Open made a lost journal
+			// a new, empty one, and the node forgot it had any.
+			name:  "empty",
+			setup: func(t *testing.T, path string) { must(t, os.WriteFile(path, nil, 0o600)) },
+			want:  []string{"is empty: 0 bytes", "no journal was ever written", "nothing was written"},
+			is:    ErrEmpty,
+		},
+		{
 			name:  "missing read-only",
 			setup: func(t *testing.T, path string) {},
 			opt:   Options{ReadOnly: true},
@@ -257,6 +265,9 @@ func TestOpenRefuses(t *testing.T) {
 			}
 			if tc.is != nil && !errors.Is(err, tc.is) {
 				t.Errorf("error is not %v: %v", tc.is, err)
+			}
+			if ee := (*EmptyError)(nil); tc.is == ErrEmpty && (!errors.As(err, &ee) || ee.Path != path) {
+				t.Errorf("error is not an *EmptyError naming %s: %#v", path, err)
 			}
 			after, _ := os.ReadFile(path)
 			if !bytes.Equal(before, after) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -92,7 +91,6 @@ func TestMigrateV0(t *testing.T) {
 func TestMigrateV0Empty(t *testing.T) {
 	for name, setup := range map[string]func(t *testing.T, path string){
 		"empty v0 bucket": func(t *testing.T, path string) { writeV0(t, path, nil) },
-		"zero-byte file":  func(t *testing.T, path string) { must(t, os.WriteFile(path, nil, 0o600)) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "stratum.db")

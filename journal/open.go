@@ -42,7 +42,10 @@ type Options struct {
 
 // Open opens the journal at path, creating it (mode 0600, parent directory
 // 0700) when it does not exist and Options.ReadOnly is false, and migrates
-// it to the current schema version in one bbolt transaction.
+// it to the current schema version in one bbolt transaction. Only a file
+// that does not exist is created: an existing 0-byte file is refused with
+// an *EmptyError (errors.Is ErrEmpty), because bbolt would make it a new,
+// empty journal and the node would silently lose what it held.
 //
 // Before bbolt reads the file, Open checks its page structure under the
 // file's lock (verifyFile: about 20 ms for a journal of 1000 transactions,
@@ -51,7 +54,7 @@ type Options struct {
 // instead of making bbolt panic or fault.
 //
 // Open refuses, writing nothing: a symbolic link at path; a path that is
-// not a regular file; a damaged file or one that is not a bbolt database; a file whose
+// not a regular file; a 0-byte file it did not create; a damaged file or one that is not a bbolt database; a file whose
 // schema version is newer than this binary knows; in read-only mode, a
 // missing file or one that needs a migration. When another process holds
 // the file, Open gives up after Options.LockTimeout with an error wrapping
@@ -80,10 +83,6 @@ func Open(path string, opt Options) (*Journal, error) {
 		return nil, &osError{fmt.Sprintf("journal %s: %s", path, durable.Reason(filepath.Dir(path), err)), err}
 	case errors.Is(err, fs.ErrNotExist) && opt.ReadOnly:
 		return nil, fmt.Errorf("journal %s does not exist: nothing has been imported or upgraded on this node yet", path)
-	case err == nil && fi.Size() == 0 && opt.ReadOnly:
-		// bbolt would try to write the first pages through the read-only
-		// descriptor ("bad file descriptor"); say what the file is instead.
-		return nil, fmt.Errorf("journal %s %w: 0 bytes, no journal was ever written to it (its creation was cut short, or a copy lost its data); nothing was imported here: a command that writes (init) initialises it, or restore the state directory from a backup", path, ErrEmpty)
 	case errors.Is(err, fs.ErrNotExist):
 		if err := durable.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, &osError{fmt.Sprintf("journal %s: cannot create its directory: %s", path, durable.Reason(filepath.Dir(path), err)), err}
@@ -93,10 +92,11 @@ func Open(path string, opt Options) (*Journal, error) {
 		return nil, &osError{fmt.Sprintf("journal %s: %s", path, durable.Reason(path, err)), err}
 	}
 
-	db, err := openBolt(path, opt)
+	db, err := openBolt(path, opt, created)
 	var ce *CorruptError
+	var ee *EmptyError
 	switch {
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.As(err, &ee):
 		return nil, err
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, &lockedError{path: path}
@@ -172,8 +172,10 @@ func fileType(m fs.FileMode) string {
 // and runs verifyFile under that lock, before bbolt reads a byte or, in
 // read-write mode, writes one. A panic or fault inside bolt.Open that the
 // check did not foresee becomes a *CorruptError too (the descriptor and
-// its lock then leak until the process exits).
-func openBolt(path string, opt Options) (db *bolt.DB, err error) {
+// its lock then leak until the process exits). An empty file is refused
+// there too, under the lock (a writer creating the journal holds it until
+// the first pages are written), unless this Open created it (created).
+func openBolt(path string, opt Options, created bool) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
@@ -191,6 +193,10 @@ func openBolt(path string, opt Options) (db *bolt.DB, err error) {
 			if err := flockTimeout(f, !opt.ReadOnly, opt.LockTimeout); err != nil {
 				_ = f.Close()
 				return nil, err
+			}
+			if fi, err := f.Stat(); err == nil && fi.Size() == 0 && !created {
+				_ = f.Close()
+				return nil, &EmptyError{Path: path}
 			}
 			if err := verifyFile(f); err != nil {
 				_ = f.Close()

@@ -89,7 +89,8 @@ func (e *notBoltError) Error() string { return "not a bbolt database (" + e.deta
 // bucket tree whose every page is in range, has the type and id it should,
 // holds elements within its bounds in key order, and is reachable once and
 // not also free. Unreachable pages that are not free (leaked space) are
-// not an error. An empty file is fine: bbolt initialises it.
+// not an error. An empty file passes here (Open refuses one it did not
+// create).
 //
 // The error says what is damaged; a file with no valid meta page gives a
 // *notBoltError.

@@ -140,6 +140,13 @@ func defaultContainer(c *corev1.Container) {
 	}
 }
 
+// PullPolicy is c's image pull policy as kubelet reads it: the one set,
+// else IfNotPresent, or Always for an image tagged latest (or untagged).
+func PullPolicy(c corev1.Container) corev1.PullPolicy {
+	defaultContainer(&c)
+	return c.ImagePullPolicy
+}
+
 // imageTag is the tag of an image reference as kubelet's
 // parsers.ParseImageName reads it for the pull policy: the tag when there
 // is one (a digest beside it does not matter), "" for a digest alone, and

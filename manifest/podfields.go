@@ -23,7 +23,7 @@ import (
 // applyPodFields applies st's extraVolumes, extraEnvs, resources and
 // patches of component name to pod, in kubeadm's order: the pod is built
 // with the first three, then patched.
-func applyPodFields(st *nodestate.NodeState, name string, pod *corev1.Pod) (*corev1.Pod, error) {
+func applyPodFields(st *nodestate.NodeState, name string, pod *corev1.Pod, seen patchSeen) (*corev1.Pod, error) {
 	c := &pod.Spec.Containers[0]
 	if vols := st.ExtraVolumes[name]; len(vols) > 0 {
 		addExtraVolumes(pod, name, vols)
@@ -41,7 +41,7 @@ func applyPodFields(st *nodestate.NodeState, name string, pod *corev1.Pod) (*cor
 	if err := uniqueMountPaths(c); err != nil {
 		return nil, err
 	}
-	return applyPatches(st, name, pod)
+	return applyPatches(st, name, pod, seen)
 }
 
 // addExtraVolumes merges vols into pod as kubeadm's
@@ -118,7 +118,7 @@ func uniqueMountPaths(c *corev1.Container) error {
 // here, where kubeadm drops it. A patch may not change what stratum owns
 // elsewhere: the pod's and container's names, the image (images), the
 // command and args (extraArgs).
-func applyPatches(st *nodestate.NodeState, name string, pod *corev1.Pod) (*corev1.Pod, error) {
+func applyPatches(st *nodestate.NodeState, name string, pod *corev1.Pod, seen patchSeen) (*corev1.Pod, error) {
 	if st.Patches == nil {
 		return pod, nil
 	}
@@ -151,6 +151,11 @@ func applyPatches(st *nodestate.NodeState, name string, pod *corev1.Pod) (*corev
 			}
 			if err != nil {
 				return nil, fmt.Errorf("patches %s: patch %d of type %s does not apply to %s: %w", f.Name, i+1, typ, name, err)
+			}
+		}
+		if seen != nil {
+			if err := seen(f.Name, data); err != nil {
+				return nil, fmt.Errorf("patches %s: %w", f.Name, err)
 			}
 		}
 	}

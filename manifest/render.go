@@ -91,6 +91,12 @@ func checkRoster(st *nodestate.NodeState, name string) error {
 // a cis state whose prof lacks the profile's files (read them with
 // LoadProfile) or holds a malformed admission file.
 func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*corev1.Pod, error) {
+	return render(st, prof, name, restartedAt, nil)
+}
+
+// render is Render; seen, if not nil, is called with the pod after each
+// patch file (pullpolicy.go).
+func render(st *nodestate.NodeState, prof Profile, name, restartedAt string, seen patchSeen) (*corev1.Pod, error) {
 	if err := checkRoster(st, name); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
@@ -128,7 +134,7 @@ func Render(st *nodestate.NodeState, prof Profile, name, restartedAt string) (*c
 	case nodestate.KubeVIP:
 		pod = kubeVIPPod(st)
 	}
-	if pod, err = applyPodFields(st, name, pod); err != nil {
+	if pod, err = applyPodFields(st, name, pod, seen); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	// An adopted component whose files are as they were at adoption keeps

@@ -66,6 +66,10 @@ func TestSystemdUnitOrdering(t *testing.T) {
 		{"prepare: Type=oneshot", has(prep["Service.Type"], "oneshot")},
 		{"prepare: runs resume --prepare", strings.HasSuffix(strings.Join(prep["Service.ExecStart"], ""), " resume --prepare")},
 		{"prepare: WantedBy=kubelet.service", has(prep["Install.WantedBy"], "kubelet.service")},
+		// A failed prepare (a damaged or empty journal: exit 1, the message
+		// in journalctl -u) must not keep kubelet from starting.
+		{"prepare: not RequiredBy/RequisiteOf/BindsTo/PartOf kubelet", len(prep["Install.RequiredBy"])+len(prep["Unit.RequisiteOf"])+len(prep["Unit.BindsTo"])+len(prep["Unit.PartOf"]) == 0},
+		{"resume: no Requires/Requisite on prepare", !has(res["Unit.Requires"], "stratum-upgrade-prepare.service") && !has(res["Unit.Requisite"], "stratum-upgrade-prepare.service")},
 		{"resume: After=kubelet.service", has(res["Unit.After"], "kubelet.service")},
 		{"resume: After=stratum-upgrade-prepare.service", has(res["Unit.After"], "stratum-upgrade-prepare.service")},
 		{"resume: Requires=kubelet.service", has(res["Unit.Requires"], "kubelet.service")},

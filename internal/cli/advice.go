@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -48,6 +49,8 @@ func (g *globals) advice(err error) string {
 		return fmt.Sprintf("; run `%s` to finish it, or `%s` to undo it", g.cmdline("resume"), g.cmdline("rollback"))
 	case errors.Is(err, journal.ErrNoState):
 		return fmt.Sprintf(": run `%s` on this node first", g.cmdline("init --state FILE"))
+	case errors.Is(err, journal.ErrEmpty):
+		return g.emptyJournalAdvice()
 	case errors.Is(err, journal.ErrCorrupt):
 		return ". Keep a copy of the file for a bug report; this command wrote no manifest. The node runs what its manifests say: check them and `crictl ps`, then follow \"A damaged journal\" in docs/operations.md to move the journal aside and re-import the node state"
 	case errors.Is(err, journal.ErrNeedsMigration):
@@ -132,6 +135,17 @@ func (g *globals) preflightAdvice(err error) string {
 	}
 	if health {
 		adv += fmt.Sprintf("\n`%s` shows etcd's processes and whether it answers", g.cmdline("status"))
+	}
+	return adv
+}
+
+// emptyJournalAdvice is what to do about a 0-byte journal: no command
+// initialises it (it would forget the node), so it is restored or, without
+// a backup, moved aside and the node state imported again.
+func (g *globals) emptyJournalAdvice() string {
+	adv := fmt.Sprintf(". This command wrote no manifest. Restore the state directory's %s from a backup; without one, follow \"A damaged journal\" in docs/operations.md: keep the file, move it aside, and import the node state again with `%s`", JournalFile, g.cmdline("init --state FILE"))
+	if ents, err := os.ReadDir(g.snapshotRoot()); err == nil && len(ents) > 0 {
+		adv += fmt.Sprintf(" (%s holds %d snapshot files: this node had a journal, and `%s` shows what it runs)", g.snapshotRoot(), len(ents), g.cmdline("audit"))
 	}
 	return adv
 }

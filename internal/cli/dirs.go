@@ -34,11 +34,21 @@ var errManifestDirMoved = errors.New("another manifest directory")
 type noJournalError struct {
 	path, stateDir string
 	others         []knownJournal
+	// snapshots is how many entries the state directory's snapshots/
+	// holds: more than none says the node had a journal, and lost it.
+	snapshots int
+	snapDir   string
 }
 
 func (e *noJournalError) Error() string {
+	if e.snapshots > 0 {
+		return fmt.Sprintf("no journal at %s, but %s holds %d snapshot files of earlier transactions: this node's journal was lost or moved away", e.path, e.snapDir, e.snapshots)
+	}
 	return fmt.Sprintf("no journal at %s: this node was never initialised with --state-dir %s", e.path, e.stateDir)
 }
+
+// lost reports whether the state directory shows that it had a journal.
+func (e *noJournalError) lost() bool { return e.snapshots > 0 }
 
 func (e *noJournalError) Unwrap() error { return errNoJournal }
 
@@ -76,7 +86,8 @@ func (g *globals) otherJournals() []knownJournal {
 }
 
 func (g *globals) noJournal() error {
-	return &noJournalError{path: g.journalPath(), stateDir: g.stateDir, others: g.otherJournals()}
+	ents, _ := os.ReadDir(g.snapshotRoot()) // none, unreadable: no evidence
+	return &noJournalError{path: g.journalPath(), stateDir: g.stateDir, others: g.otherJournals(), snapshots: len(ents), snapDir: g.snapshotRoot()}
 }
 
 // journalExists reports whether the journal file is there (without
@@ -128,6 +139,12 @@ func (g *globals) createJournal(move bool) (*journal.Journal, error) {
 			return nil, fmt.Errorf("state directory %s: %w", g.stateDir, err)
 		}
 		return nil, fmt.Errorf("state directory %s: %w (choose another with --state-dir)", g.stateDir, err)
+	}
+	if ok, err := g.journalExists(); err == nil && !ok {
+		if nj := g.noJournal().(*noJournalError); nj.lost() {
+			// The runbook's re-import after a lost journal: allowed, said.
+			fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s; init creates a new journal, which does not know those transactions (rollback --last cannot undo them, retention does not remove them)\n", nj)
+		}
 	}
 	j, err := g.open(false)
 	if err != nil {
@@ -296,6 +313,9 @@ func (g *globals) asRoot(err error) error {
 
 // noJournalAdvice is what to do about a missing journal.
 func (g *globals) noJournalAdvice(e *noJournalError) string {
+	if e.lost() {
+		return fmt.Sprintf(". Restore %s from a backup of the state directory; if it was moved aside on purpose (\"A damaged journal\" in docs/operations.md), `%s` imports the node state into a new one", JournalFile, g.cmdline("init --state FILE"))
+	}
 	init := fmt.Sprintf("`%s` imports the node state and creates it", g.cmdline("init --state FILE"))
 	if len(e.others) == 0 {
 		return "; " + init

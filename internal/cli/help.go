@@ -262,7 +262,8 @@ func (g *globals) auditComponents(root *cobra.Command) {
 // guardNoJournal makes the commands that read an existing journal say so
 // when the state directory has none and another one is known (the
 // built-in default, STRATUM_STATE_DIR, the config file): resume fails
-// (exit 1) instead of answering "nothing to do", status and history warn.
+// (exit 1) instead of answering "nothing to do", status and history warn;
+// so they do when the state directory's snapshots show it had a journal.
 // resume with no journal anywhere still exits 0, saying where it looked:
 // the boot unit runs it on every node, initialised or not.
 func (g *globals) guardNoJournal(root *cobra.Command) {
@@ -277,11 +278,11 @@ func (g *globals) guardNoJournal(root *cobra.Command) {
 			nj := g.noJournal().(*noJournalError)
 			switch {
 			case cmd.Name() != "resume":
-				if len(nj.others) > 0 && len(args) == 0 { // history TXN fails with the same words
+				if (len(nj.others) > 0 || nj.lost()) && len(args) == 0 { // history TXN fails with the same words
 					fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s%s\n", nj, g.noJournalAdvice(nj))
 				}
 				return inner(cmd, args)
-			case len(nj.others) > 0:
+			case len(nj.others) > 0 || nj.lost():
 				return &ranError{nj}
 			}
 			return g.nothing(cmd.Name(), "nothing to do: "+nj.Error())

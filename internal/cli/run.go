@@ -108,7 +108,9 @@ func newResumeCmd(g *globals) *cobra.Command {
 		Long: `resume continues the open transaction from its last durable step: forwards
 while it was applying or verifying, backwards once it was rolling back. With no
 open transaction (or no journal at all) it prints "nothing to do" and exits 0,
-so it is safe to run at every boot.
+so it is safe to run at every boot. An empty (0-byte) or damaged journal, or a
+state directory whose snapshots show it had a journal, fails it (exit 1) and
+nothing is written: no command initialises a journal file that exists.
 
 resume --prepare is the boot step that runs before kubelet: it only sweeps
 staging leftovers from the manifest directory and reports the open transaction,
