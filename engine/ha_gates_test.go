@@ -7,17 +7,19 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdclient"
 	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
@@ -30,7 +32,7 @@ import (
 // TestHAAlarmRaisedDuringARollback: node-1's release fails after its etcd
 // step (3.6 -> 3.7). As its rollback reaches the gate before stopping
 // etcd, a NOSPACE alarm is raised on node-2's member (every member's
-// status lists it) and node-3's etcd freezes. node-1's member still
+// status lists it) and node-3's etcd goes down. node-1's member still
 // answers and votes, so stopping it would leave one of three: the rollback
 // pauses naming node-3, etcd 3.7 left running. With node-3 back and the
 // alarm disarmed, resume rolls back.
@@ -43,7 +45,7 @@ func TestHAAlarmRaisedDuringARollback(t *testing.T) {
 	n1.e = n1.engine(n1.node.Scanner, dl)
 	cli := etcdclient.New(t, n1.node)
 	alarmed := memberIDOf(t, cli, fs[1].node.State.Etcd.MemberName)
-	frozen := etcdProcess(t, c.Nodes[2]).PID
+	var back func()
 	raised := false
 	n1.onEvent = func(ev Event) {
 		if ev.Step != "etcd-gate" || ev.Phase != string(journal.PhaseRollingBack) || raised {
@@ -51,21 +53,17 @@ func TestHAAlarmRaisedDuringARollback(t *testing.T) {
 		}
 		raised = true
 		alarm(t, cli, etcdserverpb.AlarmRequest_ACTIVATE, alarmed)
-		if err := syscall.Kill(frozen, syscall.SIGSTOP); err != nil {
-			t.Error(err)
-		}
+		back = etcdDown(t, c.Nodes[2])
 	}
 	res, err := n1.e.Run(t.Context(), haRelease(n1.node.State, nodestate.Scheduler, standin.ModeNeverListen), nil)
 	if !raised || !errors.Is(err, ErrStillOpen) || !strings.Contains(err.Error(), "node-3") {
-		t.Fatalf("node-1 with NOSPACE on node-2 and node-3 frozen (raised %v): %+v %v; want the rollback paused by the gate naming node-3", raised, res, err)
+		t.Fatalf("node-1 with NOSPACE on node-2 and node-3's etcd down (raised %v): %+v %v; want the rollback paused by the gate naming node-3", raised, res, err)
 	}
 	if v := etcdclient.Version(t, n1.node); !strings.HasPrefix(v, "3.7.") {
 		t.Fatalf("node-1's etcd serves %s after the paused gate, want 3.7 left running", v)
 	}
 	n1.onEvent = nil
-	if err := syscall.Kill(frozen, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	back()
 	alarm(t, cli, etcdserverpb.AlarmRequest_DEACTIVATE, alarmed)
 	if res, err := n1.e.Resume(t.Context()); res.Outcome != RolledBack || !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("node-1 resume with node-3 back and the alarm disarmed: %+v %v; want rolled back", res, err)
@@ -79,7 +77,7 @@ func TestHAAlarmRaisedDuringARollback(t *testing.T) {
 // TestHAMemberLostDuringTheDowngradeWait: every node runs etcd 3.7;
 // node-1's rollback --last moves its etcd down to 3.6, so its step runs
 // etcd's downgrade protocol after the quorum gate passed. node-3's etcd
-// freezes once the cluster version moved to 3.6, while the step waits for
+// goes down once the cluster version moved to 3.6, while the step waits for
 // the storage version. The gate checks the quorum again before the stop:
 // node-1's step is refused naming node-3, its etcd never stopped.
 func TestHAMemberLostDuringTheDowngradeWait(t *testing.T) {
@@ -92,20 +90,20 @@ func TestHAMemberLostDuringTheDowngradeWait(t *testing.T) {
 	}
 	n1 := fs[0]
 	before := etcdProcess(t, n1.node)
-	frozen := etcdProcess(t, c.Nodes[2]).PID
-	cli := etcdclient.New(t, n1.node)
 	tlsCfg, err := n1.node.EtcdTLS()
 	if err != nil {
 		t.Fatal(err)
 	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: time.Second}
 	var once sync.Once
+	var back func()
 	done := make(chan struct{})
-	freeze := func(when string) {
+	// down takes node-3's etcd down once, and returns when it is gone
+	// (also to a second caller while the first waits).
+	down := func(when string) {
 		once.Do(func() {
-			if err := syscall.Kill(frozen, syscall.SIGSTOP); err != nil {
-				t.Error(err)
-			}
-			t.Logf("node-3's etcd frozen %s", when)
+			t.Logf("taking node-3's etcd down %s", when)
+			back = etcdDown(t, c.Nodes[2])
 		})
 	}
 	var poll sync.WaitGroup
@@ -114,36 +112,57 @@ func TestHAMemberLostDuringTheDowngradeWait(t *testing.T) {
 		case "etcd-downgrade":
 			poll.Go(func() {
 				for {
-					v, err := cluster.ReadVersions(t.Context(), cli, tlsCfg, "")
-					if err == nil && strings.HasPrefix(v.Cluster(), "3.6.") {
-						freeze("once the cluster version moved to 3.6, during the storage version wait")
+					if strings.HasPrefix(clusterVersion(t.Context(), hc, n1.node.EtcdEndpoint()), "3.6.") {
+						down("once the cluster version moved to 3.6, during the storage version wait")
 						return
 					}
 					select {
 					case <-done:
 						return
-					case <-time.After(50 * time.Millisecond):
+					case <-time.After(20 * time.Millisecond):
 					}
 				}
 			})
 		case "etcd-downgraded":
-			freeze("as the storage version wait ended (before the poll saw the move)")
+			down("as the storage version wait ended (before the poll saw the move)")
 		}
 	}
 	res, err := n1.e.RollbackLast(t.Context())
 	close(done)
 	poll.Wait()
 	n1.onEvent = nil
-	if err := syscall.Kill(frozen, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
+	if back == nil {
+		t.Fatalf("node-3's etcd was never taken down (rollback --last: %+v %v)", res, err)
 	}
+	back()
 	if res.Outcome == Committed || !strings.Contains(res.Reason, "node-3") {
-		t.Fatalf("node-1 rollback --last with node-3 frozen during the downgrade: %+v %v; want its etcd step refused naming node-3", res, err)
+		t.Fatalf("node-1 rollback --last with node-3's etcd down during the downgrade: %+v %v; want its etcd step refused naming node-3", res, err)
 	}
 	if after := etcdProcess(t, n1.node); after != before {
 		t.Fatalf("node-1's etcd %+v -> %+v: the step stopped it on a quorum checked before node-3 froze", before, after)
 	}
 	gateFigures(t, l, members, "a member lost during a downgrade step's wait")
+}
+
+// clusterVersion is the cluster version etcd at url reports on /version,
+// "" when it does not answer.
+func clusterVersion(ctx context.Context, hc *http.Client, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/version", nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Cluster string `json:"etcdcluster"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return ""
+	}
+	return v.Cluster
 }
 
 // gateFigures stops the member probe and the load and logs scenario's
@@ -164,6 +183,53 @@ func gateFigures(t *testing.T, l *haload.Load, members *haload.Members, scenario
 	}
 	if f.Lost > 0 {
 		t.Errorf("%d of %d acknowledged writes are gone", f.Lost, f.Acked)
+	}
+}
+
+// etcdDown takes n's etcd member down as a crash for good does: its
+// manifest moved aside, so kubelet stops it and does not start it again
+// (a killed etcd kubelet restarts at once; a frozen one still takes
+// connections and stalls a client's requests). It returns when the
+// process is gone; the func it returns puts the manifest back and waits
+// until the member answers. Call both from the test's goroutine (an
+// engine event hook runs on it); etcdDown may run on another, and then
+// only t.Error reports.
+func etcdDown(t *testing.T, n *testbed.Node) (back func()) {
+	tgt, err := n.Target(nodestate.Etcd)
+	if err != nil {
+		t.Error(err)
+		return func() {}
+	}
+	path, aside := filepath.Join(n.ManifestDir, "etcd.yaml"), filepath.Join(t.TempDir(), "etcd.yaml")
+	if err := os.Rename(path, aside); err != nil {
+		t.Error(err)
+		return func() {}
+	}
+	back = func() {
+		if err := os.Rename(aside, path); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, n.State.NodeName+"'s etcd to answer again", func() bool {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			return n.Scanner.Active(ctx, tgt)
+		})
+	}
+	waitFor(t, n.State.NodeName+"'s etcd to exit", func() bool {
+		ps, err := n.Scanner.PIDs(tgt.Binary)
+		return err == nil && len(ps) == 0
+	})
+	return back
+}
+
+// waitFor polls ok every 50 ms for a minute; t.Error says what it waited
+// for when it never held.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	for deadline := time.Now().Add(time.Minute); !ok(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("waited a minute for %s", what)
+			return
+		}
 	}
 }
 
