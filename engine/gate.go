@@ -65,11 +65,11 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	}
 	self := r.from.Etcd.MemberName
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
+	checked := time.Now()
 	h, err := cluster.CheckQuorum(ctx, e.hold.Client(), self)
 	if err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
-	checked := time.Now()
 	if err := e.downgradeBeforeStep(ctx, r, p, comp); err != nil {
 		return err
 	}
@@ -95,8 +95,8 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 }
 
 // checkAgain reports whether the quorum must be checked again before the
-// stop: the gate waited (a downgrade, a leader move) or its check is older
-// than quorumFresh.
+// stop: the gate waited (a downgrade, a leader move) or its check, counted
+// from when it began, is older than quorumFresh.
 func checkAgain(checked time.Time, waited bool) bool {
 	return waited || time.Since(checked) > quorumFresh
 }
@@ -141,13 +141,13 @@ func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 		return fmt.Errorf("%w: waiting for the etcd quorum gate before the rollback stops %s: %w; etcd was not stopped (it runs as the transaction left it): make every etcd member healthy, then run `stratum-upgrade resume`", errResumable, self, err)
 	}
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self+" before the rollback stops it")
+	checked := time.Now()
 	h, skip, err := e.rollbackQuorum(ctx, r, self)
 	if skip {
 		return nil
 	} else if err != nil {
 		return pause(err)
 	}
-	checked := time.Now()
 	if h.Leader == h.Self {
 		e.event(r.txn.ID, p, "etcd-leader", comp, "another etcd leader", "moving etcd's leadership off "+self)
 	}
