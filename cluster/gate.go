@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -31,6 +30,7 @@ const (
 	CheckQuorumSize = "quorum"
 	CheckStarted    = "started"
 	CheckHealthy    = "healthy"
+	CheckAlarm      = "alarm"
 	CheckLeader     = "leader"
 	CheckMoveLeader = "move-leader"
 	CheckCaughtUp   = "caught-up"
@@ -80,16 +80,26 @@ type Health struct {
 }
 
 // MemberHealth is one member as the gate saw it. Started: it has joined
-// (it has a name and client URLs). Healthy: it answered its status at its
-// own client URL with no errors or alarms and a known leader. RaftIndex and
-// Version are from that status; Err says why it is not healthy.
+// (it has a name and client URLs). Answered: its status request, sent to
+// its own client URL, came back from it: it runs and, with Leader set,
+// votes. Alarms are the alarms raised on it (etcd's alarm store is
+// replicated, so every member's status lists every member's alarms: they
+// are sorted out by member here, and an alarm on one member is no error of
+// another). Healthy: it answered with no errors, a known leader and no
+// alarm raised on it. Err says why it is not healthy.
 type MemberHealth struct {
 	ID               uint64
 	Name             string
 	ClientURLs       []string
 	Started, Healthy bool
-	RaftIndex        uint64
-	Version          string
+	Answered         bool
+	// Leader is the leader it names, 0 when it knows none (or did not
+	// answer).
+	Leader uint64
+	// Alarms are the alarms raised on this member ("NOSPACE", "CORRUPT").
+	Alarms    []string
+	RaftIndex uint64
+	Version   string
 	// StorageVersion is the member's storage version (etcd 3.6+; "" from
 	// 3.5 or when it did not answer).
 	StorageVersion string
@@ -97,8 +107,11 @@ type MemberHealth struct {
 	// downgrading to, "" when no downgrade is enabled.
 	Downgrading string
 	Err         string
-	leader      uint64 // the leader it names, when healthy
 }
+
+// Votes reports whether the member answered and knows a leader: it is one
+// of the quorum's votes, alarm or not, so stopping it takes one away.
+func (m MemberHealth) Votes() bool { return m.Answered && m.Leader != 0 }
 
 // member is the entry of h for id, nil when there is none.
 func (h *Health) member(id uint64) *MemberHealth {
@@ -116,8 +129,9 @@ func keepsQuorum(n, down int) bool { return n-down >= n/2+1 }
 // more than one member (one member: ErrSingleMember, the caller decides);
 // the cluster keeps quorum without self (a two-member cluster never does);
 // every member is started, a voting member, and answers its status at its
-// own client URL within StatusTimeout with no errors or alarms and the
-// leader every other member names. It changes nothing. The Health is
+// own client URL within StatusTimeout with no errors and the leader every
+// other member names; no member has an alarm raised (CheckAlarm names the
+// alarm and the member, after any member that does not vote). It changes nothing. The Health is
 // returned whenever the member list was read, refusal or not.
 func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Health, error) {
 	h, err := observe(ctx, cli, self)
@@ -137,7 +151,7 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 	}
 	down := 0
 	for _, m := range h.Members {
-		if !m.Healthy {
+		if !m.Votes() {
 			down++
 		}
 	}
@@ -149,108 +163,20 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 		switch {
 		case !m.Started:
 			return h, &GateError{Check: CheckStarted, Member: memberName(m), Reason: "has not started (it is in the member list but never joined); start it or remove it, then retry; " + left}
-		case !m.Healthy:
+		case !m.Healthy && len(m.Alarms) == 0:
 			return h, &GateError{Check: CheckHealthy, Member: m.Name, Reason: fmt.Sprintf("is not healthy (%s); bring it back, then retry; %s", m.Err, left)}
+		}
+	}
+	for _, m := range h.Members {
+		if len(m.Alarms) > 0 {
+			return h, &GateError{Check: CheckAlarm, Member: m.Name, Reason: fmt.Sprintf(
+				"has etcd alarm %s raised, so the cluster is not healthy to stop a member of (NOSPACE: etcd takes no writes; CORRUPT: a member's data differs); clear its cause, run etcdctl alarm disarm, then retry", strings.Join(m.Alarms, ", "))}
 		}
 	}
 	if h.Leader == 0 {
 		return h, &GateError{Check: CheckLeader, Reason: "the members do not agree on one leader (an election is under way?); retry when the cluster is stable"}
 	}
 	return h, nil
-}
-
-// observe reads the member list through cli and every member's status at
-// its own client URL, all members at once. It returns an error only when
-// the list cannot be read. Health.Leader is set when every healthy member
-// names the same leader and that leader is in the list.
-func observe(ctx context.Context, cli *clientv3.Client, self string) (*Health, error) {
-	lctx, cancel := context.WithTimeout(ctx, 2*StatusTimeout)
-	list, err := cli.MemberList(lctx)
-	cancel()
-	if err != nil {
-		return nil, &GateError{Check: CheckMemberList, Reason: "cannot read the etcd member list; check that etcd answers at " + strings.Join(cli.Endpoints(), ", "), Err: err}
-	}
-	h := &Health{Members: make([]MemberHealth, len(list.Members))}
-	var wg sync.WaitGroup
-	for i, m := range list.Members {
-		if m.Name == self && self != "" {
-			h.Self = m.ID
-		}
-		wg.Go(func() { h.Members[i] = probe(ctx, cli, m) })
-	}
-	wg.Wait()
-	alarms(ctx, cli, h)
-	leaders := map[uint64]bool{}
-	for _, m := range h.Members {
-		if m.Healthy {
-			leaders[m.leader] = true
-		}
-	}
-	for id := range leaders {
-		if len(leaders) == 1 && h.member(id) != nil {
-			h.Leader = id
-		}
-	}
-	return h, nil
-}
-
-// probe is one member's health, from its status at its own client URLs.
-func probe(ctx context.Context, cli *clientv3.Client, m *etcdserverpb.Member) MemberHealth {
-	mh := MemberHealth{ID: m.ID, Name: m.Name, ClientURLs: slices.Clone(m.ClientURLs)}
-	mh.Started = m.Name != "" && len(m.ClientURLs) > 0
-	if !mh.Started {
-		mh.Err = "not started"
-		return mh
-	}
-	if m.IsLearner {
-		mh.Err = "is a learner, not a voting member"
-		return mh
-	}
-	var st *clientv3.StatusResponse
-	var err error
-	for _, u := range m.ClientURLs { // the first URL that answers
-		sctx, cancel := context.WithTimeout(ctx, StatusTimeout)
-		st, err = cli.Status(sctx, u)
-		cancel()
-		if err == nil {
-			break
-		}
-	}
-	switch {
-	case err != nil:
-		mh.Err = fmt.Sprintf("no status from %s: %v", strings.Join(m.ClientURLs, ", "), err)
-	case st.Header == nil || st.Header.MemberId != m.ID:
-		mh.Err = fmt.Sprintf("%s answered as member %x", strings.Join(m.ClientURLs, ", "), st.Header.GetMemberId())
-	case len(st.Errors) > 0:
-		mh.Err = "reports errors: " + strings.Join(st.Errors, "; ")
-	case st.Leader == 0:
-		mh.Err = "knows no leader"
-	default:
-		mh.Healthy, mh.leader = true, st.Leader
-	}
-	if st != nil {
-		mh.RaftIndex, mh.Version, mh.StorageVersion = st.RaftIndex, st.Version, st.StorageVersion
-		if d := st.DowngradeInfo; d != nil && d.Enabled {
-			mh.Downgrading = d.TargetVersion
-		}
-	}
-	return mh
-}
-
-// alarms marks unhealthy every member with an alarm raised (NOSPACE,
-// CORRUPT); a failed alarm list changes nothing (a status has them too).
-func alarms(ctx context.Context, cli *clientv3.Client, h *Health) {
-	actx, cancel := context.WithTimeout(ctx, StatusTimeout)
-	defer cancel()
-	resp, err := cli.AlarmList(actx)
-	if err != nil {
-		return
-	}
-	for _, a := range resp.Alarms {
-		if m := h.member(a.MemberID); m != nil && a.Alarm != etcdserverpb.AlarmType_NONE {
-			m.Healthy, m.Err = false, "alarm "+a.Alarm.String()+" is raised"
-		}
-	}
 }
 
 // MoveLeaderOff makes sure the member named self does not lead: when it
@@ -320,8 +246,8 @@ func moveLeader(ctx context.Context, cli *clientv3.Client, urls []string, to uin
 }
 
 // WaitCaughtUp waits, at most timeout, until the member named self is in
-// the member list, started, answers its status with no errors and a known
-// leader, and its raft index is at most maxLag behind the leader's. It
+// the member list, started, answers its status with a known leader (an
+// alarm raised does not keep it from catching up), and its raft index is at most maxLag behind the leader's. It
 // changes nothing. On the deadline (or ctx's end) the *GateError says what
 // it waited for and what it last saw.
 func WaitCaughtUp(ctx context.Context, cli *clientv3.Client, self string, maxLag uint64, timeout time.Duration) error {
@@ -353,7 +279,7 @@ func caughtUp(h *Health, self string, maxLag uint64) (bool, string) {
 	switch {
 	case me == nil:
 		return false, "not in the member list (members: " + names(h) + ")"
-	case !me.Healthy:
+	case !me.Votes():
 		return false, self + " " + me.Err
 	case h.Leader == 0:
 		return false, "no leader all members agree on: " + describe(h)

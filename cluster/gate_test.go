@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,16 @@ func waitLeader(t *testing.T, cli *clientv3.Client, members ...*etcdcluster.Memb
 	t.Fatalf("no leader among the members after 30s: %s", last)
 }
 
+// byName is h's member named name.
+func byName(h *Health, name string) *MemberHealth {
+	for i := range h.Members {
+		if h.Members[i].Name == name {
+			return &h.Members[i]
+		}
+	}
+	return nil
+}
+
 // TestCheckQuorumThreeMembers: a healthy three-member cluster passes; an
 // unknown self is refused; with one member killed, and with one paused, the
 // gate refuses and names that member.
@@ -90,7 +101,7 @@ func TestCheckQuorumThreeMembers(t *testing.T) {
 		t.Fatalf("health = %+v, want 3 members, self and a leader among them", h)
 	}
 	for _, m := range h.Members {
-		if !m.Started || !m.Healthy || m.RaftIndex == 0 || !strings.HasPrefix(m.Version, "3.6.") || m.Err != "" {
+		if !m.Started || !m.Healthy || !m.Answered || m.Leader != h.Leader || len(m.Alarms) > 0 || m.RaftIndex == 0 || !strings.HasPrefix(m.Version, "3.6.") || m.Err != "" {
 			t.Fatalf("member %+v, want started, healthy, raft index, version 3.6.x", m)
 		}
 		if m.ID == h.Self && m.Name != "m0" {
@@ -122,6 +133,9 @@ func TestCheckQuorumThreeMembers(t *testing.T) {
 	waitLeader(t, cli, c.Members[0], c.Members[1])
 	h, err = CheckQuorum(ctx, cli, "m0")
 	ge := refusal(t, err, CheckHealthy, "m2")
+	if m2 := byName(h, "m2"); m2.Answered || m2.Leader != 0 || m2.Votes() || !h.member(h.Self).Votes() {
+		t.Fatalf("with m2 killed: m2 %+v, self %+v; want m2 silent, self voting", m2, h.member(h.Self))
+	}
 	if !strings.Contains(ge.Error(), "would leave 1 of 3 members (quorum 2)") {
 		t.Fatalf("refusal %q does not say the quorum it would lose", ge.Error())
 	}
@@ -285,12 +299,12 @@ func TestGateErrorMessage(t *testing.T) {
 // what it reports when it does not hold.
 func TestCaughtUpCondition(t *testing.T) {
 	obs := func(selfIdx, leaderIdx uint64, selfHealthy bool, leader uint64) *Health {
-		self := MemberHealth{ID: 2, Name: "m1", Started: true, Healthy: selfHealthy, RaftIndex: selfIdx}
+		self := MemberHealth{ID: 2, Name: "m1", Started: true, Healthy: selfHealthy, Answered: selfHealthy, Leader: 1, RaftIndex: selfIdx}
 		if !selfHealthy {
-			self.Err = "no status from http://x: refused"
+			self.Err, self.Leader = "no status from http://x: refused", 0
 		}
 		return &Health{Self: 2, Leader: leader, Members: []MemberHealth{
-			{ID: 1, Name: "m0", Started: true, Healthy: true, RaftIndex: leaderIdx}, self,
+			{ID: 1, Name: "m0", Started: true, Healthy: true, Answered: true, Leader: 1, RaftIndex: leaderIdx}, self,
 		}}
 	}
 	for _, tc := range []struct {
@@ -304,6 +318,11 @@ func TestCaughtUpCondition(t *testing.T) {
 		{"ahead of the leader's last status", obs(101, 100, true, 1), true, ""},
 		{"behind", obs(89, 100, true, 1), false, "raft index 89, leader m0 at 100 (lag 11 > 10)"},
 		{"down", obs(0, 100, false, 1), false, "m1 no status from http://x: refused"},
+		{"an alarm raised on it", func() *Health {
+			h := obs(95, 100, true, 1)
+			h.Members[1].Healthy, h.Members[1].Alarms, h.Members[1].Err = false, []string{"NOSPACE"}, "alarm NOSPACE is raised on it"
+			return h
+		}(), true, ""},
 		{"no leader", obs(100, 100, true, 0), false, "no leader all members agree on"},
 		{"not in the list", &Health{Leader: 1, Members: []MemberHealth{{ID: 1, Name: "m0", Healthy: true}}}, false, "not in the member list (members: m0)"},
 	} {
@@ -311,5 +330,51 @@ func TestCaughtUpCondition(t *testing.T) {
 		if ok != tc.ok || !strings.Contains(saw, tc.saw) {
 			t.Errorf("%s: caughtUp = %v, %q; want %v, %q", tc.name, ok, saw, tc.ok, tc.saw)
 		}
+	}
+}
+
+// TestMemberHealthWithAnAlarm (issue 37): a real NOSPACE alarm raised on
+// m1 (its backend quota filled) is listed in every member's status, since
+// etcd's alarm store is replicated. Each member still answers and names
+// the leader (a vote of the quorum); only m1 carries the alarm. The gate
+// refuses naming the alarm and m1; with m2 killed too it names m2, whose
+// vote is gone, and m0 still answers and votes.
+func TestMemberHealthWithAnAlarm(t *testing.T) {
+	c := etcdcluster.Start(t, 3, "3.6")
+	c.RaiseNoSpace(t, c.Members[1])
+	cli := c.Client(t)
+	ctx := context.Background()
+
+	h, err := CheckQuorum(ctx, cli, "m0")
+	ge := refusal(t, err, CheckAlarm, "m1")
+	if !strings.Contains(ge.Error(), "NOSPACE") {
+		t.Fatalf("refusal %q does not name the alarm", ge.Error())
+	}
+	for _, m := range h.Members {
+		if !m.Answered || m.Leader == 0 || m.Leader != h.Leader || !m.Votes() {
+			t.Fatalf("member %+v: want it answering and naming the leader %x", m, h.Leader)
+		}
+		alarmed := m.Name == "m1"
+		if got := slices.Equal(m.Alarms, []string{"NOSPACE"}); got != alarmed || m.Healthy == alarmed {
+			t.Fatalf("member %s: alarms %v healthy %v (%s); want NOSPACE on m1 only", m.Name, m.Alarms, m.Healthy, m.Err)
+		}
+	}
+
+	if err := c.Members[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, cli, c.Members[0], c.Members[1])
+	h, err = CheckQuorum(ctx, cli, "m0")
+	refusal(t, err, CheckHealthy, "m2")
+	if self := h.member(h.Self); !self.Answered || !self.Votes() || len(self.Alarms) > 0 {
+		t.Fatalf("m0 with m2 down and NOSPACE on m1: %+v; want it answering and voting", self)
+	}
+
+	c.ClearNoSpace(t, c.Members[1]) // first: /health, which Start waits on, is false under an alarm
+	if err := c.Members[2].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckQuorum(ctx, cli, "m0"); err != nil {
+		t.Fatalf("alarm disarmed, every member back: %v", err)
 	}
 }

@@ -27,6 +27,12 @@ const maxRaftLag = 1000
 // leaderMoveTimeout bounds moving the leadership off this member.
 const leaderMoveTimeout = 30 * time.Second
 
+// quorumFresh is how old a quorum check may be when the gate lets the
+// member be stopped: a gate that waited longer, or waited at all (a
+// downgrade, a leader move), checks the quorum again right before the
+// stop, so no stop rests on a check a member's loss has outdated.
+const quorumFresh = time.Second
+
 // gateBefore runs before an etcd step going forwards stops the member:
 // a fresh step's before its mark is journaled (a refusal fails the step,
 // and the transaction rolls back with etcd never written, so the rollback
@@ -38,7 +44,8 @@ const leaderMoveTimeout = 30 * time.Second
 // A step that moves etcd down a minor downgrades its data first
 // (downgradeBeforeStep), single member or not; on a member of several,
 // once the quorum gate has passed, so that a gate that refuses leaves no
-// downgrade enabled.
+// downgrade enabled. A gate that waited checks the quorum again last
+// (checkAgain), and a refusal there fails the step as the first one does.
 func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
 	if comp != nodestate.Etcd {
 		return nil
@@ -58,6 +65,7 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	}
 	self := r.from.Etcd.MemberName
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
+	checked := time.Now()
 	h, err := cluster.CheckQuorum(ctx, e.hold.Client(), self)
 	if err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
@@ -77,7 +85,20 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	if err := cluster.MoveLeaderOff(ctx, e.hold.Client(), self, leaderMoveTimeout); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
+	if checkAgain(checked, etcdDownTo(r.from, r.to) != "" || h.Leader == h.Self) {
+		e.event(r.txn.ID, p, "etcd-gate-again", comp, "etcd's members", "checking the quorum again right before "+self+" is stopped: the gate waited since its first check")
+		if _, err := cluster.CheckQuorum(ctx, e.hold.Client(), self); err != nil {
+			return fmt.Errorf("%s: %w", comp, err)
+		}
+	}
 	return nil
+}
+
+// checkAgain reports whether the quorum must be checked again before the
+// stop: the gate waited (a downgrade, a leader move) or its check, counted
+// from when it began, is older than quorumFresh.
+func checkAgain(checked time.Time, waited bool) bool {
+	return waited || time.Since(checked) > quorumFresh
 }
 
 // errGatePaused marks a resumed etcd step whose gate refused: its mark is
@@ -99,13 +120,16 @@ func (e *Engine) resumeGate(ctx context.Context, r *run, p journal.Phase, comp s
 
 // rollbackGate runs before a rollback stops this member's etcd to write
 // the old one back (a single member's data restore holds no lock, so no
-// gate): a healthy member is a vote of the quorum, so its stop passes the gate and its leadership is moved off,
-// as every other etcd stop. A refusal pauses the rollback (errResumable:
-// exit 6) with the new etcd left running, as resumeGate does: resume tries
-// again once the cluster is healthy. A member with no etcd process
-// running, or one that does not answer (crash-looping, not started, no
-// quorum behind it), holds no vote that its stop could take away: the
-// rollback goes on without the gate, since putting it back is the way out.
+// gate): a member that votes is a vote of the quorum, so its stop passes
+// the gate (an alarm raised anywhere refuses it) and its leadership is
+// moved off, as every other etcd stop, the quorum checked again after a
+// wait. A refusal pauses the rollback (errResumable: exit 6) with the new
+// etcd left running, as resumeGate does: resume tries again once the
+// cluster is healthy. A member with no etcd process running, or one whose
+// own status request fails or that knows no leader (crash-looping, not
+// started, no quorum behind it), holds no vote that its stop could take
+// away: the rollback goes on without the gate, since putting it back is
+// the way out.
 func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 	if !e.etcdRuns(r) {
 		e.log.Info("no etcd process runs: the rollback's stop of etcd stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
@@ -117,12 +141,11 @@ func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 		return fmt.Errorf("%w: waiting for the etcd quorum gate before the rollback stops %s: %w; etcd was not stopped (it runs as the transaction left it): make every etcd member healthy, then run `stratum-upgrade resume`", errResumable, self, err)
 	}
 	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self+" before the rollback stops it")
-	h, err := cluster.CheckQuorum(ctx, e.hold.Client(), self)
-	if err != nil {
-		if m := selfHealth(h); m != nil && !m.Healthy {
-			e.log.Info("this etcd member does not answer: the rollback's stop takes no vote from the quorum, and the gate is skipped", "txn", r.txn.ID, "member", self, "why", m.Err)
-			return nil
-		}
+	checked := time.Now()
+	h, skip, err := e.rollbackQuorum(ctx, r, self)
+	if skip {
+		return nil
+	} else if err != nil {
 		return pause(err)
 	}
 	if h.Leader == h.Self {
@@ -131,7 +154,29 @@ func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 	if err := cluster.MoveLeaderOff(ctx, e.hold.Client(), self, leaderMoveTimeout); err != nil {
 		return pause(err)
 	}
+	if checkAgain(checked, h.Leader == h.Self) {
+		e.event(r.txn.ID, p, "etcd-gate-again", comp, "etcd's members", "checking the quorum again right before the rollback stops "+self+": the gate waited since its first check")
+		if _, _, err := e.rollbackQuorum(ctx, r, self); err != nil {
+			return pause(err)
+		}
+	}
 	return nil
+}
+
+// rollbackQuorum is CheckQuorum for the rollback's stop, and whether the
+// gate is skipped: this member's own status request failed or it knows no
+// leader, so its stop takes no vote away. One that answers with an alarm
+// raised votes: it is not skipped.
+func (e *Engine) rollbackQuorum(ctx context.Context, r *run, self string) (*cluster.Health, bool, error) {
+	h, err := cluster.CheckQuorum(ctx, e.hold.Client(), self)
+	if err == nil {
+		return h, false, nil
+	}
+	if m := selfHealth(h); m != nil && !m.Votes() {
+		e.log.Info("this etcd member does not answer or knows no leader: the rollback's stop takes no vote from the quorum, and the gate is skipped", "txn", r.txn.ID, "member", self, "why", m.Err)
+		return h, true, nil
+	}
+	return h, false, err
 }
 
 // etcdRuns reports whether a process of etcd (the old or the new one)
