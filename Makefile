@@ -82,8 +82,9 @@ check: ## everything CI runs: lint, dist-check, make test with every fault matri
 	$(MAKE) e2e-kubelet
 	@echo "$(CHECK_LABEL): passed in $$(( $$(date +%s) - $(CHECK_START) ))s"
 
-lint: ## go.mod/go.sum tidy check, gofmt check, go vet, staticcheck
+lint: ## go.mod/go.sum tidy check, no tracked file over 1 MiB outside testdata/, gofmt check, go vet, staticcheck
 	$(GO) mod tidy -diff
+	./scripts/check-large-files.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
