@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
 
 // walkStep is one command of docs/walkthrough.md: a "$ " line of a
@@ -69,6 +72,9 @@ func shownLine(s string) *regexp.Regexp {
 // test bed of another test is never seen; mktemp makes its directory in
 // the test's.
 func TestWalkthrough(t *testing.T) {
+	// The page's status shows kube-scheduler not answering on kubeadm's
+	// port: held, as TestScripts holds it, from the test beds that bind it.
+	testbed.HoldPorts(t, 5*time.Minute, 10257, 10259)
 	su, err := exec.LookPath("stratum-upgrade")
 	if err != nil {
 		t.Fatal(err)
