@@ -28,6 +28,10 @@ type Members struct {
 	Count int `json:"count"`
 	// At is when the list was read.
 	At time.Time `json:"at"`
+	// StatedBy, when set, says the count was not read from etcd but
+	// stated, and by whom ("the operator, with --etcd-members"); At is
+	// then when it was stated.
+	StatedBy string `json:"statedBy,omitempty"`
 }
 
 // LoadMembers reads the list SaveMembers kept at path: nil when the file is

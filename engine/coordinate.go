@@ -25,6 +25,10 @@ type Coordination struct {
 	// Wait bounds the wait while another node holds the lock
 	// (cluster.Config.Wait; default 30 minutes).
 	Wait time.Duration
+	// Members is the etcd member count the operator stated
+	// (--etcd-members), used only when etcd's member list cannot be read
+	// (topology.go); 0: none stated.
+	Members int
 }
 
 // coordinated runs f, holding the rollout lock unless t, this node's

@@ -23,11 +23,13 @@ const DefaultConfigFile = "/etc/stratum/upgrade.yaml"
 const configEnv = "STRATUM_CONFIG"
 
 // configKeys are the flags the config file and the environment may set:
-// every global and transaction flag but the hidden test seam.
+// every global and transaction flag but the hidden test seam and
+// --etcd-members, a count the operator states on the command line for one
+// command (a default would outlive the cluster it was true of).
 var configKeys = func() []string {
 	var keys []string
 	for _, k := range append(slices.Clone(globalFlags), txnFlags...) {
-		if k != "proc-scope" {
+		if k != "proc-scope" && k != "etcd-members" {
 			keys = append(keys, k)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
@@ -26,7 +27,7 @@ import (
 // commands that drive a transaction (run, resume, rollback).
 var (
 	globalFlags = []string{"manifest-dir", "state-dir", "lock-timeout", "log-level", "output", "proc-scope"}
-	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file", "cluster-wait", "kubeconfig", "no-events", "no-kubeadm-config"}
+	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file", "cluster-wait", "etcd-members", "kubeconfig", "no-events", "no-kubeadm-config"}
 )
 
 // defineFlags binds every global and transaction flag to g, in one set
@@ -42,6 +43,7 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.DurationVar(&g.dl.Soak, "soak", engine.DefaultDeadlines.Soak, "how long every component must stay active, and none be replaced again, before a commit (health is checked every 200ms)")
 	f.DurationVar(&g.dl.EtcdBackup, "etcd-backup-timeout", engine.DefaultDeadlines.EtcdBackup, "how long the etcd data snapshot before an etcd image change may take")
 	f.DurationVar(&g.coord.Wait, "cluster-wait", 30*time.Minute, "on a node of a multi-member etcd cluster: how long to wait while another node holds the rollout lock")
+	f.IntVar(&g.coord.Members, "etcd-members", 0, "only when etcd's member list cannot be read: how many members its cluster has, as you know it; kept in the state directory's "+cluster.MembersFile+" as stated by you (etcd's own list always wins)")
 	f.IntVar(&g.keep, "keep", 5, "how many snapshots retention keeps (an open transaction's is always kept)")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", journal.DefaultLockTimeout, "how long to wait for another stratum-upgrade to release the journal")
 	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
@@ -84,6 +86,9 @@ func (g *globals) setup(cmd *cobra.Command) error {
 		if d.v <= 0 && uses(d.name) {
 			return cmdLineErrorf("%s %s: must be positive%s", d.name, d.v, g.from(d.name))
 		}
+	}
+	if f := cmd.Flags().Lookup("etcd-members"); f != nil && f.Changed && g.coord.Members < 1 {
+		return cmdLineErrorf("--etcd-members %d: must be at least 1 (the member count of this node's etcd cluster)", g.coord.Members)
 	}
 	if g.keep < 1 && uses("keep") {
 		return cmdLineErrorf("--keep %d: must be at least 1%s", g.keep, g.from("keep"))

@@ -74,6 +74,8 @@ func newVersionCmd(g *globals) *cobra.Command {
 					when = " " + *v.CommitTime
 				}
 				fmt.Fprintf(g.stdout, "commit: %s%s%s\n", *v.Commit, when, mod)
+			} else if v.Version == "dev" {
+				fmt.Fprintln(g.stdout, "commit: unknown (built without -ldflags and without the VCS stamp go build adds in a git clone: a git worktree, -buildvcs=false or no .git; `make build` sets the version)")
 			}
 			fmt.Fprintf(g.stdout, "go: %s %s\njournal schema: %d\n", v.Go, v.Platform, v.JournalSchema)
 			return nil

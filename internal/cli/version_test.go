@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -31,5 +33,18 @@ func TestBuildVersion(t *testing.T) {
 	}
 	if v := buildVersion("dev", nil); v.Version != "dev" {
 		t.Errorf("no build info: %+v", v)
+	}
+}
+
+// TestVersionSaysWhyDev: a binary with neither an -ldflags version nor a
+// VCS stamp (this test binary: go test stamps none) says its commit is
+// unknown and how to build one that knows it.
+func TestVersionSaysWhyDev(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"version"}, &stdout, &stderr); code != ExitOK {
+		t.Fatalf("version: exit %d\n%s", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "stratum-upgrade dev\ncommit: unknown (") || !strings.Contains(out, "`make build`") {
+		t.Errorf("version of an unstamped build:\n%s\nwant the commit unknown and make build named", out)
 	}
 }

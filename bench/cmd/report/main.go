@@ -1,10 +1,11 @@
 // Command report runs stratum-upgrade's performance benchmarks (package
 // bench) and prints their results as one table: each metric, its value,
-// its target and whether it is met. It then rewrites the generated part of
-// docs/performance.md (between the markers BeginMarker and EndMarker) with
-// that table and the machine it ran on; the rest of the file, which
-// defines every number, is left as it is. A file without the markers gets
-// them appended.
+// its target and whether it is met. With -doc FILE (make bench-doc) it
+// then rewrites the generated part of FILE, docs/performance.md (between
+// the markers BeginMarker and EndMarker), with that table and the machine
+// it ran on; the rest of the file, which defines every number, is left as
+// it is. A file without the markers gets them appended. Without -doc it
+// writes no document: a benchmark run leaves the clone clean.
 //
 // Usage:
 //
@@ -41,15 +42,23 @@ const (
 	EndMarker   = "<!-- END bench/cmd/report -->"
 )
 
-func main() {
-	in := flag.String("in", "", "read this saved `go test -bench` output instead of running the benchmarks")
-	doc := flag.String("doc", "docs/performance.md", "the document whose generated part to rewrite; empty to write none")
-	save := flag.String("save", "bin/bench.out", "where to keep the benchmark output when running them")
-	flag.Parse()
-	if err := run(*in, *doc, *save, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "report:", err)
-		os.Exit(1)
+func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// cli is the command with its arguments: its exit code.
+func cli(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	in := fs.String("in", "", "read this saved `go test -bench` output instead of running the benchmarks")
+	doc := fs.String("doc", "", "also rewrite the generated part of this document (docs/performance.md) with the table; none by default")
+	save := fs.String("save", "bin/bench.out", "where to keep the benchmark output when running them")
+	if err := fs.Parse(args); err != nil {
+		return 2
 	}
+	if err := run(*in, *doc, *save, stdout); err != nil {
+		fmt.Fprintln(stderr, "report:", err)
+		return 1
+	}
+	return 0
 }
 
 func run(in, doc, save string, stdout io.Writer) error {

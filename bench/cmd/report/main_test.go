@@ -125,3 +125,42 @@ func TestRunFromSavedOutput(t *testing.T) {
 		t.Fatalf("document:\n%s", b)
 	}
 }
+
+// TestNoDocWithoutTheFlag: report run as make bench runs it (no -doc), in
+// a directory holding docs/performance.md, prints the table and writes no
+// document; with -doc it rewrites that one.
+func TestNoDocWithoutTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	in := filepath.Join(dir, "bench.out")
+	if err := os.WriteFile(in, []byte(sample), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join("docs", "performance.md")
+	if err := os.MkdirAll("docs", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const before = "# Performance\n\nkept\n"
+	if err := os.WriteFile(doc, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	if code := cli([]string{"-in", in}, &out, &errOut); code != 0 {
+		t.Fatalf("report -in: exit %d\n%s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "1 target(s) missed") || strings.Contains(out.String(), "wrote") {
+		t.Errorf("report -in: output\n%s\nwant the table and no document written", out.String())
+	}
+	if b, err := os.ReadFile(doc); err != nil || string(b) != before {
+		t.Fatalf("report without -doc changed %s: %v\n%s", doc, err, b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("report without -doc left %d entries in its directory, want bench.out and docs", len(entries))
+	}
+	if code := cli([]string{"-in", in, "-doc", doc}, &out, &errOut); code != 0 {
+		t.Fatalf("report -doc: exit %d\n%s", code, errOut.String())
+	}
+	if b, _ := os.ReadFile(doc); !strings.Contains(string(b), BeginMarker) {
+		t.Fatalf("report -doc did not write the table into %s:\n%s", doc, b)
+	}
+}

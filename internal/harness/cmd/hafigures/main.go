@@ -6,9 +6,10 @@
 // at once 1, ...", KubeadmFigure), as they are, then the
 // tests that passed and failed, and for each failed test its last messages
 // from a _test.go line (the failure, which the testbed's long container-log
-// dumps at cleanup would otherwise bury). With -doc FILE it also writes those lines
-// between BeginMarker and EndMarker in FILE (docs/performance.md),
-// appending the markers when the file has none. It exits 1 when a test
+// dumps at cleanup would otherwise bury). With -doc FILE (make ha-doc) it
+// also writes those lines between BeginMarker and EndMarker in FILE
+// (docs/performance.md), appending the markers when the file has none;
+// without it, it writes no file. It exits 1 when a test
 // failed or none ran, so `make ha` fails with it.
 package main
 
@@ -43,28 +44,36 @@ type event struct {
 	Output string
 }
 
-func main() {
-	doc := flag.String("doc", "", "write the figures into this markdown file between the markers")
-	flag.Parse()
-	r := scan(os.Stdin, os.Stderr)
-	block := Block(r.figures)
-	fmt.Print(strings.TrimPrefix(strings.TrimSuffix(block, EndMarker+"\n"), BeginMarker+"\n"))
-	for _, name := range r.failed {
-		fmt.Printf("why %s failed (its last messages from a _test.go line):\n%s", name, strings.Join(r.why[name], ""))
+func main() { os.Exit(cli(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }
+
+// cli is the command with its arguments: its exit code. Without -doc it
+// writes no file (make ha leaves the clone clean; make ha-doc passes it).
+func cli(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hafigures", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	doc := fs.String("doc", "", "also write the figures into this markdown file between the markers; none by default")
+	if err := fs.Parse(args); err != nil {
+		return 2
 	}
-	fmt.Printf("passed: %s\nfailed: %s\n", orNone(r.passed), orNone(r.failed))
+	r := scan(stdin, stderr)
+	block := Block(r.figures)
+	fmt.Fprint(stdout, strings.TrimPrefix(strings.TrimSuffix(block, EndMarker+"\n"), BeginMarker+"\n"))
+	for _, name := range r.failed {
+		fmt.Fprintf(stdout, "why %s failed (its last messages from a _test.go line):\n%s", name, strings.Join(r.why[name], ""))
+	}
+	fmt.Fprintf(stdout, "passed: %s\nfailed: %s\n", orNone(r.passed), orNone(r.failed))
 	if *doc != "" && r.code == 0 {
 		b, err := os.ReadFile(*doc)
 		if err != nil && !os.IsNotExist(err) {
-			fmt.Fprintln(os.Stderr, "hafigures:", err)
-			os.Exit(1)
+			fmt.Fprintln(stderr, "hafigures:", err)
+			return 1
 		}
 		if err := os.WriteFile(*doc, []byte(Splice(string(b), block)), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "hafigures:", err)
-			os.Exit(1)
+			fmt.Fprintln(stderr, "hafigures:", err)
+			return 1
 		}
 	}
-	os.Exit(r.code)
+	return r.code
 }
 
 func orNone(names []string) string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,5 +48,45 @@ func TestSplice(t *testing.T) {
 	again := Splice(doc+"after\n", Block([]string{"b"}))
 	if !strings.Contains(again, "- b\n") || strings.Contains(again, "- a\n") || !strings.HasSuffix(again, "after\n") || strings.Count(again, BeginMarker) != 1 {
 		t.Fatalf("replace: %q", again)
+	}
+}
+
+// TestNoDocWithoutTheFlag: hafigures run as make ha runs it (no -doc), in
+// a directory holding docs/performance.md, prints the figures and writes
+// no file; with -doc it writes them into that one.
+func TestNoDocWithoutTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	in := strings.Join([]string{
+		`{"Action":"run","Test":"TestHAOne"}`,
+		`{"Action":"output","Test":"TestHAOne","Output":"    ha_test.go:250: HA figures: one: 100 of 100\n"}`,
+		`{"Action":"pass","Test":"TestHAOne"}`,
+	}, "\n")
+	doc := filepath.Join("docs", "performance.md")
+	if err := os.MkdirAll("docs", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const before = "# Performance\n\nkept\n"
+	if err := os.WriteFile(doc, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if code := cli(nil, strings.NewReader(in), &out, io.Discard); code != 0 {
+		t.Fatalf("hafigures: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "one: 100 of 100") {
+		t.Errorf("hafigures: output\n%s\nwant the figures", out.String())
+	}
+	if b, err := os.ReadFile(doc); err != nil || string(b) != before {
+		t.Fatalf("hafigures without -doc changed %s: %v\n%s", doc, err, b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("hafigures without -doc left %d entries in its directory, want docs alone", len(entries))
+	}
+	if code := cli([]string{"-doc", doc}, strings.NewReader(in), io.Discard, io.Discard); code != 0 {
+		t.Fatalf("hafigures -doc: exit %d", code)
+	}
+	if b, _ := os.ReadFile(doc); !strings.Contains(string(b), "- one: 100 of 100") {
+		t.Fatalf("hafigures -doc did not write the figures into %s:\n%s", doc, b)
 	}
 }
