@@ -136,7 +136,7 @@ func (e *Engine) apiServerSkew(ctx context.Context, st, to *nodestate.NodeState)
 		seen[a.Node] = true
 		p := records[a.Node]
 		if !sk.check(a.Node, a.Versions, "its mirror pod, by the API server") && !sk.check(a.Node, p.APIServers(), "its transaction "+p.Txn) {
-			sk.unknown(fmt.Sprintf("the kube-apiserver version of control-plane node %s is not known (the API server: %s), and the cluster holds no record of it", a.Node, a.Unread))
+			sk.unknown(fmt.Sprintf("the kube-apiserver version of control-plane node %s is not known (the API server: %s), and the cluster holds no record of its version", a.Node, a.Unread))
 		}
 	}
 	var unread []string
@@ -147,7 +147,7 @@ func (e *Engine) apiServerSkew(ctx context.Context, st, to *nodestate.NodeState)
 	}
 	switch {
 	case e.apiServers == nil:
-		e.log.Warn("kube-apiserver skew checked against the nodes' records in the cluster alone: there is no API server to read the control-plane nodes from", "unrecorded", unread)
+		e.log.Warn("kube-apiserver skew checked against the nodes' records in the cluster alone: there is no API server to read the control-plane nodes from", "unchecked", unread)
 	case liveErr != nil:
 		sk.unknown(fmt.Sprintf("the control-plane nodes cannot be read from the API server (%v), so a control-plane node with no record in the cluster is not known", liveErr))
 	case len(unread) > 0:

@@ -117,7 +117,7 @@ func TestAPIServerSkewFromRecordedProgress(t *testing.T) {
 			live: []LiveAPIServer{unread},
 			says: []string{"kube-apiserver on node cp-2 is v1.34.5 (its transaction t-cp-2)"}},
 		{name: "a node known from neither", live: []LiveAPIServer{unread}, ignorable: true,
-			says: []string{"kube-apiserver version of control-plane node cp-2 is not known", "no kube-apiserver mirror pod on it in kube-system", "no record of it", "--ignore-preflight-errors=APIServerSkew"}},
+			says: []string{"kube-apiserver version of control-plane node cp-2 is not known", "no kube-apiserver mirror pod on it in kube-system", "no record of its version", "--ignore-preflight-errors=APIServerSkew"}},
 		{name: "an API server that refuses", liveErr: errors.New("nodes is forbidden"), ignorable: true,
 			says: []string{"the control-plane nodes cannot be read from the API server (nodes is forbidden)", "--ignore-preflight-errors=APIServerSkew"}},
 		{name: "an API server that does not answer", liveErr: fmt.Errorf("%w: connection refused", ErrAPIServerUnanswered), paused: true},
