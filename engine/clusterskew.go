@@ -28,15 +28,32 @@ import (
 const CheckEtcdMemberSkew = "EtcdMemberSkew"
 
 // CheckAPIServerSkew is the check that a kube-apiserver minor move leaves
-// every other control-plane node's kube-apiserver, as its last transaction
-// in the cluster records it, within one minor of this node's (the version
-// skew policy for an HA control plane).
+// every other control-plane node's kube-apiserver, as the API server
+// reports it or else as its last transaction in the cluster records it,
+// within one minor of this node's (the version skew policy for an HA
+// control plane).
 const CheckAPIServerSkew = "APIServerSkew"
+
+// LiveAPIServer is one control-plane node's kube-apiserver as the
+// cluster's API server reports it now (Config.APIServers).
+type LiveAPIServer struct {
+	// Node is its Node's name; Address its InternalIP ("" when none).
+	Node, Address string
+	// Versions are the kube-apiserver versions it runs or is about to
+	// ("v1.35.4"); none when they could not be read, and Unread says why.
+	Versions []string
+	Unread   string
+}
+
+// ErrAPIServerUnanswered is Config.APIServers's error when the API server
+// does not answer: the skew check then pauses, as for etcd.
+var ErrAPIServerUnanswered = errors.New("the API server did not answer")
 
 // clusterSkew runs both checks for b's plan while this node holds the
 // rollout lock (nothing to check without it: a single member). Their
 // failures are outside what etcd and Kubernetes support, so none is let
-// through; a version that cannot be read pauses (ErrInterrupted).
+// through, but for a kube-apiserver version not known; a source that does
+// not answer pauses (ErrInterrupted).
 func (e *Engine) clusterSkew(ctx context.Context, b *beginning) error {
 	if e.hold == nil {
 		return nil
@@ -82,43 +99,95 @@ func (e *Engine) etcdMemberSkew(ctx context.Context, st, to *nodestate.NodeState
 }
 
 // apiServerSkew is the APIServerSkew check of a move from st to to: a
-// kube-apiserver minor move needs every other node's kube-apiserver, by
-// its record in the cluster, within one minor of to's. A node whose record
-// holds no version (it predates them) is not checked, and is logged.
+// kube-apiserver minor move needs every other control-plane node's
+// kube-apiserver within one minor of to's. A node's version is the API
+// server's (its mirror pod) first, its record in the cluster second; a
+// node known from neither is refused, but that can be ignored (unknown is
+// not unsupported). Without an API server, the records alone are checked.
 func (e *Engine) apiServerSkew(ctx context.Context, st, to *nodestate.NodeState) ([]versions.Finding, error) {
 	fv, ok1 := kubeAPIServer(st)
 	tv, ok2 := kubeAPIServer(to)
 	if !ok1 || !ok2 || versions.MinorOf(fv) == versions.MinorOf(tv) {
 		return nil, nil
 	}
+	move := fmt.Sprintf("kube-apiserver %s -> %s", versions.MinorOf(fv), versions.MinorOf(tv))
 	v, err := e.hold.View(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kube-apiserver %s -> %s waits: the other nodes' records cannot be read (%v); nothing was written, run it again once etcd answers", ErrInterrupted, versions.MinorOf(fv), versions.MinorOf(tv), err)
+		return nil, fmt.Errorf("%w: %s waits: the other nodes' records cannot be read (%v); nothing was written, run it again once etcd answers", ErrInterrupted, move, err)
 	}
-	var out []versions.Finding
-	var unread []string
+	var live []LiveAPIServer
+	var liveErr error
+	if e.apiServers != nil {
+		live, liveErr = e.apiServers(ctx)
+		if errors.Is(liveErr, ErrAPIServerUnanswered) {
+			return nil, fmt.Errorf("%w: %s waits: the control-plane nodes' kube-apiserver versions cannot be read (%v); nothing was written, run it again once the API server answers", ErrInterrupted, move, liveErr)
+		}
+	}
+	records := map[string]cluster.Progress{}
 	for _, p := range v.Nodes {
-		if p.Node == st.NodeName {
+		records[p.Node] = p
+	}
+	sk := skew{to: tv}
+	seen := map[string]bool{st.NodeName: true}
+	for _, a := range live {
+		if a.Node == st.NodeName || (a.Address != "" && a.Address == st.AdvertiseAddress) {
 			continue
 		}
-		recorded := p.APIServers()
-		if len(recorded) == 0 {
+		seen[a.Node] = true
+		p := records[a.Node]
+		if !sk.check(a.Node, a.Versions, "its mirror pod, by the API server") && !sk.check(a.Node, p.APIServers(), "its transaction "+p.Txn) {
+			sk.unknown(fmt.Sprintf("the kube-apiserver version of control-plane node %s is not known (the API server: %s), and the cluster holds no record of its version", a.Node, a.Unread))
+		}
+	}
+	var unread []string
+	for _, p := range v.Nodes {
+		if !seen[p.Node] && !sk.check(p.Node, p.APIServers(), "its transaction "+p.Txn) {
 			unread = append(unread, p.Node)
 		}
-		for _, s := range recorded {
-			ov, err := version.ParseGeneric(s)
-			if err != nil || minorGap(ov, tv) <= 1 {
-				continue
-			}
-			out = append(out, versions.Finding{Check: CheckAPIServerSkew, Component: nodestate.KubeAPIServer, Unsupported: true, Message: fmt.Sprintf(
-				"kube-apiserver on node %s is %s (its transaction %s): moving this node's to v%s would put them %d minors apart; the version skew policy allows one, and this cannot be ignored; move node %s to %s first",
-				p.Node, s, p.Txn, tv, minorGap(ov, tv), p.Node, towards(ov, tv))})
+	}
+	switch {
+	case e.apiServers == nil:
+		e.log.Warn("kube-apiserver skew checked against the nodes' records in the cluster alone: there is no API server to read the control-plane nodes from", "unchecked", unread)
+	case liveErr != nil:
+		sk.unknown(fmt.Sprintf("the control-plane nodes cannot be read from the API server (%v), so a control-plane node with no record in the cluster is not known", liveErr))
+	case len(unread) > 0:
+		e.log.Warn("kube-apiserver skew not checked against nodes recorded in the cluster with no version, which the API server lists as no control-plane node", "nodes", unread)
+	}
+	return sk.out, nil
+}
+
+// skew collects the APIServerSkew findings of a move to to.
+type skew struct {
+	to  *version.Version
+	out []versions.Finding
+}
+
+// check checks node's kube-apiserver versions vs, as source says them,
+// and reports whether any was known.
+func (k *skew) check(node string, vs []string, source string) bool {
+	known := false
+	for _, s := range vs {
+		ov, err := version.ParseGeneric(s)
+		if err != nil {
+			continue
+		}
+		known = true
+		if gap := minorGap(ov, k.to); gap > 1 {
+			k.out = append(k.out, versions.Finding{Check: CheckAPIServerSkew, Component: nodestate.KubeAPIServer, Unsupported: true, Message: fmt.Sprintf(
+				"kube-apiserver on node %s is %s (%s): moving this node's to v%s would put them %d minors apart; the version skew policy allows one, and this cannot be ignored; move node %s to %s first",
+				node, s, source, k.to, gap, node, towards(ov, k.to))})
 		}
 	}
-	if len(unread) > 0 {
-		e.log.Warn("kube-apiserver skew not checked against nodes whose record in the cluster holds no kube-apiserver version", "nodes", unread)
-	}
-	return out, nil
+	return known
+}
+
+// unknown is the finding that what could not be read may be out of skew:
+// refused, but an operator who checked can let it through.
+func (k *skew) unknown(what string) {
+	lo := max(k.to.Minor(), 1) - 1
+	k.out = append(k.out, versions.Finding{Check: CheckAPIServerSkew, Component: nodestate.KubeAPIServer, Message: fmt.Sprintf(
+		"%s: moving this node's kube-apiserver to v%s needs it within one minor; check that it runs %d.%d to %d.%d, then let this through with --ignore-preflight-errors=%s",
+		what, k.to, k.to.Major(), lo, k.to.Major(), k.to.Minor()+1, CheckAPIServerSkew)})
 }
 
 func kubeAPIServer(st *nodestate.NodeState) (*version.Version, bool) {

@@ -121,6 +121,11 @@ type Config struct {
 	// Images configures the image pre-flight (images.go); its zero value
 	// makes none.
 	Images Images
+	// APIServers, if set, reads every control-plane node's kube-apiserver
+	// from the cluster's API server for the APIServerSkew check (the
+	// CLI's is package kubeapi's). Nil: there is no API server to ask,
+	// and the check has only the nodes' records in etcd.
+	APIServers func(ctx context.Context) ([]LiveAPIServer, error)
 }
 
 // Engine runs transactions. It is not safe for concurrent use; the journal's
@@ -159,6 +164,8 @@ type Engine struct {
 	// rollback reads etcd's versions from instead of the cluster
 	// (etcdback.go).
 	etcdVersions func(ctx context.Context, st *nodestate.NodeState) (*cluster.Versions, error)
+	// apiServers is Config.APIServers.
+	apiServers func(ctx context.Context) ([]LiveAPIServer, error)
 }
 
 // New returns an Engine for cfg.
@@ -166,7 +173,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images, apiServers: cfg.APIServers}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

@@ -38,6 +38,8 @@ var ErrNoKubeconfig = errors.New("no kubeconfig")
 type API interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	ListNodes(ctx context.Context) (*corev1.NodeList, error)
+	// ListPods is the Pods in namespace that the label selector selects.
+	ListPods(ctx context.Context, namespace, selector string) (*corev1.PodList, error)
 	// PatchNode applies a JSON merge patch to Node name.
 	PatchNode(ctx context.Context, name string, patch []byte) error
 	CreateEvent(ctx context.Context, ev *corev1.Event) error
@@ -91,6 +93,13 @@ func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error)
 func (c *Client) ListNodes(ctx context.Context) (*corev1.NodeList, error) {
 	var l corev1.NodeList
 	err := c.rc.Get().Resource("nodes").Do(ctx).Into(&l)
+	return &l, err
+}
+
+// ListPods is the Pods in namespace that the label selector selects.
+func (c *Client) ListPods(ctx context.Context, namespace, selector string) (*corev1.PodList, error) {
+	var l corev1.PodList
+	err := c.rc.Get().Namespace(namespace).Resource("pods").Param("labelSelector", selector).Do(ctx).Into(&l)
 	return &l, err
 }
 

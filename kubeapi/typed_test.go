@@ -27,6 +27,10 @@ func (t typed) ListNodes(ctx context.Context) (*corev1.NodeList, error) {
 	return t.c.Nodes().List(ctx, metav1.ListOptions{})
 }
 
+func (t typed) ListPods(ctx context.Context, namespace, selector string) (*corev1.PodList, error) {
+	return t.c.Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+}
+
 func (t typed) PatchNode(ctx context.Context, name string, patch []byte) error {
 	_, err := t.c.Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err

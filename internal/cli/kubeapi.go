@@ -33,13 +33,16 @@ const (
 	kubeadmConfigWait = 15 * time.Second
 )
 
-// clusterView is the API server as one transaction command sees it.
+// clusterView is the API server as one transaction command sees it: told
+// of the transaction, and asked for the control-plane nodes' versions
+// (the APIServerSkew pre-flight) whatever --no-events and
+// --no-kubeadm-config say, which are about telling it.
 type clusterView struct {
 	g *globals
 	// j is the journal the owed kubeadm-config update is derived from
 	// (nil: none owed).
 	j *journal.Journal
-	// cs is nil without a kubeconfig: the node has no API server to tell.
+	// cs is nil without a kubeconfig: the node has no API server.
 	cs     kubeapi.API
 	poster *kubeapi.Poster
 	// baseline makes the kubeadm-config mark when there is none, once, at
@@ -63,9 +66,6 @@ func (g *globals) openCluster(j *journal.Journal) *clusterView {
 				g.log.Warn("the kubeadm-config mark is not written; the transaction is unaffected", "err", err)
 			}
 		})
-	}
-	if g.api.noEvents && g.api.noKubeadmConfig {
-		return &clusterView{g: g, j: j, baseline: baseline}
 	}
 	st, err := j.NodeState()
 	if err != nil || st == nil {
@@ -111,9 +111,6 @@ func lastChange(j *journal.Journal) (*kubeapi.Change, error) {
 // clusterOf is openCluster for the node state st.
 func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 	v := &clusterView{g: g}
-	if g.api.noEvents && g.api.noKubeadmConfig {
-		return v
-	}
 	path := g.api.kubeconfig
 	if path == "" {
 		path = filepath.Join(st.KubeconfigDir, "admin.conf")
@@ -121,10 +118,10 @@ func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 	cs, err := kubeapi.Connect(path)
 	switch {
 	case errors.Is(err, kubeapi.ErrNoKubeconfig) && g.api.kubeconfig == "":
-		g.log.Info("no kubeconfig: the cluster's API server is not told of this command", "kubeconfig", path)
+		g.log.Info("no kubeconfig: the cluster's API server is neither told of this command nor asked for the control-plane nodes' versions", "kubeconfig", path)
 		return v
 	case err != nil:
-		g.log.Warn("the cluster's API server is not told of this command", "err", err)
+		g.log.Warn("the cluster's API server is neither told of this command nor asked for the control-plane nodes' versions", "err", err)
 		return v
 	}
 	v.cs = cs
@@ -133,6 +130,36 @@ func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 	}
 	return v
 }
+
+// apiServers is the engine's live source of the control-plane nodes'
+// kube-apiserver versions (engine.Config.APIServers): nil without an API
+// server, which the engine then says.
+func (v *clusterView) apiServers() func(context.Context) ([]engine.LiveAPIServer, error) {
+	if v.cs == nil {
+		return nil
+	}
+	return func(ctx context.Context) ([]engine.LiveAPIServer, error) {
+		l, err := kubeapi.APIServers(ctx, v.cs)
+		if errors.Is(err, kubeapi.ErrUnanswered) {
+			return nil, unanswered{err}
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]engine.LiveAPIServer, 0, len(l))
+		for _, a := range l {
+			out = append(out, engine.LiveAPIServer{Node: a.Node, Address: a.Address, Versions: a.Versions, Unread: a.Unread})
+		}
+		return out, nil
+	}
+}
+
+// unanswered is kubeapi's ErrUnanswered as the engine's
+// ErrAPIServerUnanswered, its message kubeapi's.
+type unanswered struct{ error }
+
+func (u unanswered) Is(target error) bool { return target == engine.ErrAPIServerUnanswered }
+func (u unanswered) Unwrap() error        { return u.error }
 
 // event posts the engine's events an operator looks for on the Node: a
 // transaction's begin, each component replaced or restored, its end.

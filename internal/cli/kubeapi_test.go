@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -42,6 +44,21 @@ func newRecordingAPI(t *testing.T) *recordingAPI {
 	return a
 }
 
+// adminConf writes dir/kube/admin.conf, a kubeconfig of the API server at
+// url, and returns its directory.
+func adminConf(t *testing.T, dir, url string) string {
+	t.Helper()
+	kube := filepath.Join(dir, "kube")
+	if err := os.MkdirAll(kube, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %q, insecure-skip-tls-verify: true}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n", url)
+	if err := os.WriteFile(filepath.Join(kube, "admin.conf"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
 func (a *recordingAPI) requests() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -66,14 +83,7 @@ func TestClusterViewFlagsOff(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			api := newRecordingAPI(t)
 			dir := t.TempDir()
-			kube := filepath.Join(dir, "kube")
-			if err := os.MkdirAll(kube, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			conf := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %q, insecure-skip-tls-verify: true}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n", api.srv.URL)
-			if err := os.WriteFile(filepath.Join(kube, "admin.conf"), []byte(conf), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			kube := adminConf(t, dir, api.srv.URL)
 			g := &globals{stateDir: filepath.Join(dir, "state"), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			g.api.noEvents, g.api.noKubeadmConfig = c.noEvents, c.noKubeadm
 			if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
@@ -114,6 +124,35 @@ func TestClusterViewFlagsOff(t *testing.T) {
 				t.Errorf("requests %v: about the Node %v (want %v), about kubeadm-config %v (want %v)", api.requests(), node, c.wantNode, kubeadm, c.wantKubeadm)
 			}
 		})
+	}
+}
+
+// TestClusterViewSkewSource: the APIServerSkew pre-flight asks the API
+// server whatever --no-events and --no-kubeadm-config say (they are about
+// telling it); one that does not answer is the engine's
+// ErrAPIServerUnanswered (a pause), one that answers is not.
+func TestClusterViewSkewSource(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "https://" + l.Addr().String()
+	l.Close()
+	for _, c := range []struct {
+		name, url  string
+		unanswered bool
+	}{{"answers 404", newRecordingAPI(t).srv.URL, false}, {"down", down, true}} {
+		g := &globals{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		g.api.noEvents, g.api.noKubeadmConfig = true, true
+		st := &nodestate.NodeState{NodeName: "cp-1", KubeconfigDir: adminConf(t, t.TempDir(), c.url)}
+		read := g.clusterOf(st).apiServers()
+		if read == nil {
+			t.Fatalf("%s: no read of the control-plane nodes with a kubeconfig", c.name)
+		}
+		_, err := read(t.Context())
+		if err == nil || errors.Is(err, engine.ErrAPIServerUnanswered) != c.unanswered {
+			t.Errorf("%s: %v; want an error, unanswered %v", c.name, err, c.unanswered)
+		}
 	}
 }
 
