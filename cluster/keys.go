@@ -48,9 +48,12 @@ type Progress struct {
 	// Forgotten is who closed the transaction in the node's place, and why.
 	Forgotten *Forgotten `json:"forgotten,omitempty"`
 	// To is the target's Kubernetes and etcd versions, for status.
-	To      string    `json:"to,omitempty"`
-	Started time.Time `json:"started"`
-	Updated time.Time `json:"updated"`
+	To string `json:"to,omitempty"`
+	// EtcdDowngrade is the minor ("3.5") of the etcd downgrade this
+	// node's transaction enabled and has not cancelled, for status.
+	EtcdDowngrade string    `json:"etcdDowngrade,omitempty"`
+	Started       time.Time `json:"started"`
+	Updated       time.Time `json:"updated"`
 }
 
 // Open reports whether the transaction has not ended.
