@@ -39,7 +39,8 @@ const leaderMoveTimeout = 30 * time.Second
 // (downgradeBeforeStep), single member or not; on a member of several,
 // once the quorum gate has passed, so that a gate that refuses leaves no
 // downgrade enabled.
-func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
+func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) (err error) {
+	defer func() { err = e.cancelDowngradeOnFail(ctx, r, p, err) }()
 	if comp != nodestate.Etcd {
 		return nil
 	}

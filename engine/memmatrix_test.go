@@ -221,13 +221,19 @@ type fakeEtcd struct {
 	refuseAfterEnable error
 	cancels           int
 	faults            []string
+	// enabled is the minor of the downgrade etcd has enabled ("" none):
+	// a Downgrade to it only waits, as etcd's does.
+	enabled string
+	// cancelFails, when set, is what every CancelDowngrade fails with
+	// (the downgrade stays enabled).
+	cancelFails error
 }
 
 // fakeRevision is the revision the fake etcd reports: the backup's (7)
 // plus the writes since.
 const fakeRevision = 49
 
-func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target string, _ time.Duration) (etcddata.Downgraded, error) {
+func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target string, _ time.Duration, enabling func(bool) error) (etcddata.Downgraded, error) {
 	t, err := manifest.Target(st, nodestate.Etcd)
 	if err != nil {
 		return etcddata.Downgraded{}, err
@@ -235,8 +241,21 @@ func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target 
 	if !f.k.Active(context.Background(), t) {
 		f.faults = append(f.faults, "etcd's data downgraded while the new etcd does not answer")
 	}
-	if f.refuse != nil {
-		return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
+	if f.enabled != target {
+		if enabling != nil {
+			if err := enabling(false); err != nil {
+				return etcddata.Downgraded{}, err
+			}
+		}
+		if f.refuse != nil {
+			return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
+		}
+		f.enabled = target
+		if enabling != nil {
+			if err := enabling(true); err != nil {
+				return etcddata.Downgraded{Enabled: true}, err
+			}
+		}
 	}
 	if f.refuseAfterEnable != nil {
 		return etcddata.Downgraded{Revision: fakeRevision, Enabled: true}, f.refuseAfterEnable
@@ -245,8 +264,12 @@ func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target 
 	return etcddata.Downgraded{StorageVersion: target + ".0", Revision: fakeRevision}, nil
 }
 
-func (f *fakeEtcd) CancelDowngrade(context.Context, *nodestate.NodeState) error {
+func (f *fakeEtcd) CancelDowngrade(context.Context, *nodestate.NodeState, string) error {
 	f.cancels++
+	if f.cancelFails != nil {
+		return f.cancelFails
+	}
+	f.enabled = ""
 	return nil
 }
 
