@@ -585,6 +585,15 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 	downgrades[fault.AfterEtcdRestore] = downgrades[fault.AfterEtcdStop]
 	restores := maps.Clone(failing)
 	restores[fault.AfterEtcdDowngrade] = "etcd refuses the downgrade: the rollback restores the backup instead"
+	// etcd's step, the first, fails: the rollback --last wrote nothing.
+	downFails := maps.Clone(lastRollsBack)
+	for _, comp := range roster {
+		for _, s := range fault.Steps {
+			if _, ok := downFails[s.InRollback(comp)]; !ok {
+				downFails[s.InRollback(comp)] = "etcd's step, the first, failed before its write: " + comp + " was never written, and the rollback does not restart it"
+			}
+		}
+	}
 	return []memScenario{
 		{
 			name:   "upgrade",
@@ -661,6 +670,33 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 				last, err := n.j.History(1)
 				if err != nil || len(last) == 0 || !etcdDowngraded(n.j, last[0].ID) || n.etcd.downgrades == 0 {
 					return []string{fmt.Sprintf("the rollback --last put etcd 3.5 back without etcd's downgrade (%d downgrades, %v)", n.etcd.downgrades, err)}
+				}
+				return nil
+			},
+		},
+		{
+			// The undo of an upgrade that moved etcd 3.5 -> 3.6, whose
+			// downgrade etcd enabled but whose storage version never
+			// moved: the step fails before etcd's manifest is written,
+			// and the downgrade this transaction enabled is cancelled
+			// (issue 37), whatever crash comes in between.
+			name:      "rollback-last-etcd-down-fails",
+			points:    fault.EtcdDownFailPoints(roster),
+			notOnPath: downFails,
+			want:      RolledBack,
+			setup: func(t *testing.T, n *memNode) {
+				t.Helper()
+				if res, err := n.engine(nil).Run(t.Context(), release(n.st, true, "", ""), nil); err != nil || res.Outcome != Committed {
+					t.Fatalf("setup upgrade to etcd 3.6: %+v %v", res, err)
+				}
+				n.etcd.refuseAfterEnable = fmt.Errorf("%w: the storage version never moved", etcddata.ErrDowngradeUnanswered)
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.RollbackLast(ctx)
+			},
+			verify: func(n *memNode) []string {
+				if n.etcd.enabled != "" {
+					return []string{fmt.Sprintf("etcd's downgrade to %s, which the rollback --last enabled, was left enabled", n.etcd.enabled)}
 				}
 				return nil
 			},
