@@ -173,3 +173,19 @@ func TestEtcdGateFailureCancelsTheDowngrade(t *testing.T) {
 		t.Error("the cancel was not journaled")
 	}
 }
+
+// The last member of several: a downgrade etcd did not answer pauses the
+// rollback (exit 6), never rollback-failed; the resume downgrades.
+func TestEtcdClusterDowngradeUnansweredPauses(t *testing.T) {
+	f := &fakeVersions{clusterVersion: "3.6.0", others: map[string]string{"cp-2": "3.6.16", "cp-3": "3.6.16"}}
+	n, engine := newMemNodeMulti(t, f)
+	n.etcd.refuse = fmt.Errorf("%w: etcdserver: leader changed", etcddata.ErrDowngradeUnanswered)
+	res, err := n.runUncoordinated(engine(), release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen))
+	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, ErrStillOpen) || errors.Is(err, ErrRollbackFailed) {
+		t.Fatalf("Run: %+v %v: want the rollback paused, not failed", res, err)
+	}
+	n.etcd.refuse = nil
+	if res, err = n.resumeUncoordinated(engine()); !errors.Is(err, ErrRolledBack) || n.etcd.downgrades != 1 {
+		t.Fatalf("resume: %+v %v, %d downgrades: want rolled back through the downgrade", res, err, n.etcd.downgrades)
+	}
+}

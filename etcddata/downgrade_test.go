@@ -54,8 +54,8 @@ func TestDowngradeInvalidTargetIsARefusal(t *testing.T) {
 func TestCancelDowngradeReadsBack(t *testing.T) {
 	c, cfg := twoMembers(t)
 	got, err := Downgrade(etcdCtx(t), cfg, "3.5", time.Nanosecond, nil)
-	if !got.Enabled || !errors.Is(err, ErrDowngradeUnanswered) {
-		t.Fatalf("enable with a wait of 1ns: %+v %v; want enabled, the storage wait unanswered", got, err)
+	if !got.Enabled || (err != nil && !errors.Is(err, ErrDowngradeUnanswered)) {
+		t.Fatalf("enable with a wait of 1ns: %+v %v; want it enabled (the storage wait unanswered, or done)", got, err)
 	}
 	if err := c.Members[1].Kill(); err != nil {
 		t.Fatal(err)
