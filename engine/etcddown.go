@@ -57,12 +57,14 @@ func noBackupPause(why, to string) error {
 // (validate, enable, wait until its storage version is the old minor), and
 // journals that it did (StepEtcdDowngraded), before the rollback stops
 // etcd. It returns the decision the rollback goes on with: downgrade, or,
-// for a single member, when etcd refused or the wait ended first, restore
+// for a single member with a backup, when etcd itself refused, restore
 // (journaled as a new etcd-data record, with how many revisions the backup
-// loses). A member of several has no backup to fall back on: a refusal
-// ends the rollback rollback-failed (ErrEtcdPointOfNoReturn), anything
-// else pauses it (errResumable). It is resumable: a downgrade enabled by
-// an earlier run, or by another node's, is waited for.
+// loses). No answer (a timeout, an election, the storage wait running
+// out) is never a refusal: the rollback pauses (errResumable). A member of
+// several has no backup to fall back on: a refusal ends the rollback
+// rollback-failed (ErrEtcdPointOfNoReturn); so does nothing else. Without a
+// backup a refusal pauses too. It is resumable: a downgrade enabled by an
+// earlier run, or by another node's, is waited for.
 func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdDowngraded, nodestate.Etcd); done {
 		return journal.EtcdDowngrade, nil
