@@ -62,8 +62,8 @@ func noBackupPause(why, to string) error {
 // loses). No answer (a timeout, an election, the storage wait running
 // out) is never a refusal: the rollback pauses (errResumable). A member of
 // several has no backup to fall back on: a refusal ends the rollback
-// rollback-failed (ErrEtcdPointOfNoReturn); so does nothing else. Without a
-// backup a refusal pauses too. It is resumable: a downgrade enabled by an
+// rollback-failed (ErrEtcdPointOfNoReturn). A single member without a
+// backup pauses on a refusal too. It is resumable: a downgrade enabled by an
 // earlier run, or by another node's, is waited for.
 func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdDowngraded, nodestate.Etcd); done {
