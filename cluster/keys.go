@@ -53,8 +53,11 @@ type Progress struct {
 	// APIServerFrom and APIServerTo are the node's kube-apiserver version
 	// before and after the transaction ("v1.36.3"): the other nodes' skew
 	// check reads the node's kube-apiserver from them (APIServers).
-	APIServerFrom string    `json:"apiServerFrom,omitempty"`
-	APIServerTo   string    `json:"apiServerTo,omitempty"`
+	APIServerFrom string `json:"apiServerFrom,omitempty"`
+	APIServerTo   string `json:"apiServerTo,omitempty"`
+	// EtcdDowngrade is the minor ("3.5") of the etcd downgrade this
+	// node's transaction enabled and has not cancelled, for status.
+	EtcdDowngrade string    `json:"etcdDowngrade,omitempty"`
 	Started       time.Time `json:"started"`
 	Updated       time.Time `json:"updated"`
 }

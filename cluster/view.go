@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -73,4 +74,29 @@ func (c *Coordinator) Node(ctx context.Context, node string) (*Progress, error) 
 		return nil, err
 	}
 	return &p, nil
+}
+
+// MarkEtcdDowngrade records in this node's progress that its transaction
+// enabled etcd's downgrade to minor ("" once it cancelled it), so that
+// status --cluster names who enabled a downgrade etcd reports. Best
+// effort, as Phase: the node's journal holds the truth.
+func (h *Hold) MarkEtcdDowngrade(ctx context.Context, minor string) {
+	if h.progress.Txn == "" || h.progress.EtcdDowngrade == minor {
+		return
+	}
+	h.progress.EtcdDowngrade, h.progress.Updated = minor, time.Now().UTC()
+	if err := h.write(ctx); err != nil {
+		h.c.cfg.Log.Warn("the cluster's view of this node's etcd downgrade is behind", "txn", h.progress.Txn, "downgrade", minor, "err", err)
+	}
+}
+
+// EnabledBy is the node whose transaction recorded that it enabled etcd's
+// downgrade to the minor of target ("3.5.0"), nil when none did.
+func (v *View) EnabledBy(target string) *Progress {
+	for i := range v.Nodes {
+		if d := v.Nodes[i].EtcdDowngrade; d != "" && d == minorOf(target) {
+			return &v.Nodes[i]
+		}
+	}
+	return nil
 }

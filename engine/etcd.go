@@ -48,7 +48,10 @@ func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap 
 			return "", err
 		}
 	} else {
-		data, why = e.singleMemberData(ctx, r, snap)
+		var err error
+		if data, why, err = e.singleMemberData(ctx, r, snap); err != nil {
+			return "", err
+		}
 	}
 	return data, e.journalEtcdData(r, data, why)
 }
@@ -74,24 +77,23 @@ func (e *Engine) journalEtcdData(r *run, data, why string) error {
 // kept etcd within its minor (a patch release writes the same format), and
 // when the manifest was rewritten but no newer etcd wrote on it (kubelet
 // never started one, or it never answered): the old one served every
-// write since the backup.
-func (e *Engine) singleMemberData(ctx context.Context, r *run, snap *snapshot.Loaded) (string, string) {
-	if len(r.txn.EtcdBackup) == 0 {
-		return journal.EtcdKeep, "no backup of etcd's data was taken"
-	}
+// write since the backup. Else a newer etcd wrote to it, or may have:
+// downgradeOrRestore decides. Whether a backup exists decides nothing but
+// whether restore is a way back: a rollback --last takes none.
+func (e *Engine) singleMemberData(ctx context.Context, r *run, snap *snapshot.Loaded) (string, string, error) {
 	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
-		return journal.EtcdKeep, "etcd's manifest was never rewritten"
+		return journal.EtcdKeep, "etcd's manifest was never rewritten", nil
 	}
 	if from, to, moves := etcdMinors(r); !moves {
 		// Only a newer minor writes a format the old etcd may not read.
-		return journal.EtcdKeep, fmt.Sprintf("the transaction keeps etcd within minor %s, whose data format does not change", orMinor(from, r))
+		return journal.EtcdKeep, fmt.Sprintf("the transaction keeps etcd within minor %s, whose data format does not change", orMinor(from, r)), nil
 	} else if cluster.MinorAtLeast(from+".0", to) {
-		return journal.EtcdKeep, fmt.Sprintf("the transaction moved etcd down from %s to %s, whose data etcd %s reads", from, to, from)
+		return journal.EtcdKeep, fmt.Sprintf("the transaction moved etcd down from %s to %s, whose data etcd %s reads", from, to, from), nil
 	}
 	ran, why := e.newerEtcdRan(ctx, r)
 	switch ran {
 	case etcdRanStale, etcdRanSilent:
-		return journal.EtcdKeep, "no newer etcd wrote to it: " + why
+		return journal.EtcdKeep, "no newer etcd wrote to it: " + why, nil
 	}
 	return e.downgradeOrRestore(ctx, r, why)
 }

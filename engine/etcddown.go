@@ -9,7 +9,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,28 +28,43 @@ import (
 // does within seconds, the WAL replays it and the old etcd refuses to
 // start ("invalid downgrade; server version is lower than determined
 // cluster version"); only the online protocol sets it back.
-func (e *Engine) downgradeOrRestore(ctx context.Context, r *run, wrote string) (string, string) {
+// Without a backup (a rollback --last takes none) the protocol is the only
+// way back: when etcd does not answer, the rollback pauses (errResumable).
+func (e *Engine) downgradeOrRestore(ctx context.Context, r *run, wrote string) (string, string, error) {
 	from, to, _ := etcdMinors(r)
 	t, err := manifest.Target(r.to, nodestate.Etcd)
+	if err == nil && e.procs.Active(ctx, t) {
+		return journal.EtcdDowngrade, fmt.Sprintf("etcd %s wrote to it (%s) and answers: etcd's downgrade protocol moves it back to %s, every write kept", to, wrote, from), nil
+	}
+	why := fmt.Sprintf("etcd %s wrote to it, or may have (%s), and does not answer, so etcd's downgrade protocol cannot move it back to %s", to, wrote, from)
 	if err != nil {
-		return journal.EtcdRestore, fmt.Sprintf("a newer etcd wrote to it, or may have: %s; %v", wrote, err)
+		why = fmt.Sprintf("a newer etcd wrote to it, or may have: %s; %v", wrote, err)
 	}
-	if !e.procs.Active(ctx, t) {
-		return journal.EtcdRestore, fmt.Sprintf("etcd %s wrote to it, or may have (%s), and does not answer, so etcd's downgrade protocol cannot move it back to %s: %s", to, wrote, from, e.backupLoses(ctx, r))
+	if len(r.txn.EtcdBackup) == 0 {
+		return "", "", noBackupPause(why, to)
 	}
-	return journal.EtcdDowngrade, fmt.Sprintf("etcd %s wrote to it (%s) and answers: etcd's downgrade protocol moves it back to %s, every write kept", to, wrote, from)
+	return journal.EtcdRestore, why + ": " + e.backupLoses(ctx, r), nil
+}
+
+// noBackupPause is the pause of a rollback whose etcd data only etcd's
+// downgrade protocol can move back (there is no backup), when it cannot
+// run now: etcd is left as it is, nothing is restored.
+func noBackupPause(why, to string) error {
+	return fmt.Errorf("%w: %s, and there is no backup of etcd's data (a rollback --last takes none): etcd %s was left as it is, nothing restored; run `stratum-upgrade resume` once etcd %s answers", errResumable, why, to, to)
 }
 
 // downgradeEtcd runs etcd's downgrade protocol on the running new etcd
 // (validate, enable, wait until its storage version is the old minor), and
 // journals that it did (StepEtcdDowngraded), before the rollback stops
 // etcd. It returns the decision the rollback goes on with: downgrade, or,
-// for a single member, when etcd refused or the wait ended first, restore
+// for a single member with a backup, when etcd itself refused, restore
 // (journaled as a new etcd-data record, with how many revisions the backup
-// loses). A member of several has no backup to fall back on: a refusal
-// ends the rollback rollback-failed (ErrEtcdPointOfNoReturn), anything
-// else pauses it (errResumable). It is resumable: a downgrade enabled by
-// an earlier run, or by another node's, is waited for.
+// loses). No answer (a timeout, an election, the storage wait running
+// out) is never a refusal: the rollback pauses (errResumable). A member of
+// several has no backup to fall back on: a refusal ends the rollback
+// rollback-failed (ErrEtcdPointOfNoReturn). A single member without a
+// backup pauses on a refusal too. It is resumable: a downgrade enabled by an
+// earlier run, or by another node's, is waited for.
 func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdDowngraded, nodestate.Etcd); done {
 		return journal.EtcdDowngrade, nil
@@ -69,7 +83,11 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 			// the rollback pauses, the new etcd left as it is.
 			return "", fmt.Errorf("%w: etcd %s does not answer, so etcd's downgrade protocol cannot run yet: %v; run `stratum-upgrade resume` once it answers", errResumable, to, err)
 		}
-		why := fmt.Sprintf("etcd %s no longer answers (%v), so etcd's downgrade protocol cannot run: %s", to, err, e.backupLoses(ctx, r))
+		why := fmt.Sprintf("etcd %s no longer answers (%v), so etcd's downgrade protocol cannot run", to, err)
+		if len(r.txn.EtcdBackup) == 0 {
+			return "", noBackupPause(why, to)
+		}
+		why += ": " + e.backupLoses(ctx, r)
 		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
 	}
 	if !e.top.single() {
@@ -78,17 +96,24 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 		}
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-downgrade", nodestate.Etcd, "etcd's storage version to be "+from, "downgrading etcd's data to "+from+" with etcd's downgrade protocol")
-	got, err := e.etcd.Downgrade(ctx, r.to, from, e.dl.EtcdBackup)
+	got, err := e.etcd.Downgrade(ctx, r.to, from, e.dl.EtcdBackup, e.enablingHook(ctx, r, journal.PhaseRollingBack, from))
+	if err != nil && downgradeRefused(err) && !got.Enabled {
+		if jerr := e.closeRefusedEnable(r, journal.PhaseRollingBack, from); jerr != nil {
+			return "", jerr
+		}
+	}
 	switch {
 	case err == nil:
-	case ctx.Err() != nil:
-		return "", fmt.Errorf("%w: %v", errResumable, err)
-	case !e.top.single() && errors.Is(err, etcddata.ErrDowngradeRefused):
+	case ctx.Err() != nil || !downgradeRefused(err):
+		// No answer (a timeout, an election) is never a refusal: the
+		// rollback pauses and resume asks again; nothing is restored.
+		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member, nothing was restored: run `stratum-upgrade resume` to ask etcd again", errResumable, err, to)
+	case !e.top.single():
 		// The other members hold the data: there is no backup to
 		// restore, and etcd will not move it back.
 		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member, nothing was restored: see docs/ha.md (Going back after the cluster version moved)", ErrEtcdPointOfNoReturn, err, to)
-	case !e.top.single():
-		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member: run `stratum-upgrade resume` to wait for the downgrade again", errResumable, err, to)
+	case len(r.txn.EtcdBackup) == 0:
+		return "", noBackupPause(fmt.Sprintf("etcd refused its downgrade (%v)", err), to)
 	default:
 		why := fmt.Sprintf("etcd's downgrade protocol failed (%v): %s", err, loses(r, got.Revision))
 		return journal.EtcdRestore, e.journalEtcdData(r, journal.EtcdRestore, why)
@@ -180,23 +205,26 @@ func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phas
 		return nil
 	}
 	from, _, _ := etcdMinors(r)
-	if _, done := r.find(p, journal.StepEtcdDowngraded, nodestate.Etcd); done {
+	if r.downgradedBeforeStep(p) {
 		return nil
 	}
 	e.event(r.txn.ID, p, "etcd-downgrade", comp, "etcd's storage version to be "+to, "downgrading etcd's data from "+from+" to "+to+" with etcd's downgrade protocol before the step puts etcd "+to+" back")
-	got, err := e.etcd.Downgrade(ctx, r.from, to, e.dl.EtcdBackup)
+	got, err := e.etcd.Downgrade(ctx, r.from, to, e.dl.EtcdBackup, e.enablingHook(ctx, r, p, to))
 	if err != nil {
+		if downgradeRefused(err) && !got.Enabled {
+			if jerr := e.closeRefusedEnable(r, p, to); jerr != nil {
+				return jerr
+			}
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: %v", errResumable, err)
 		}
 		left := fmt.Sprintf("etcd %s still runs here, its manifest not rewritten", from)
-		switch {
-		case !got.Enabled:
+		if r.enabledDowngrade() == "" {
 			left += "; a downgrade enabled before this step stays as it was (status --cluster shows it; etcdctl downgrade cancel ends it)"
-		case e.etcd.CancelDowngrade(ctx, r.from) != nil:
-			left += fmt.Sprintf("; etcd's downgrade to %s, which this step enabled, could not be cancelled: run etcdctl downgrade cancel", to)
-		default:
-			left += fmt.Sprintf("; etcd's downgrade to %s, which this step enabled, was cancelled", to)
+		} else {
+			msg, _ := e.cancelEnabledDowngrade(ctx, r, p, r.from)
+			left += "; " + msg
 		}
 		return fmt.Errorf("%s: %w; %s", comp, err, left)
 	}
@@ -204,4 +232,21 @@ func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phas
 	why := fmt.Sprintf("storage version %s at revision %d", got.StorageVersion, got.Revision)
 	e.event(r.txn.ID, p, "etcd-downgraded", comp, "", "etcd's data downgraded: "+why)
 	return e.append(r, p, journal.Record{Phase: p, Step: journal.StepEtcdDowngraded, Component: comp, Why: why})
+}
+
+// downgradedBeforeStep reports whether etcd's data was downgraded before
+// etcd's step of phase p (StepEtcdDowngraded) and no cancel of the
+// downgrade came after it: a cancel sets the storage version back up, so
+// the step downgrades again.
+func (r *run) downgradedBeforeStep(p journal.Phase) bool {
+	done := false
+	for _, rec := range r.recs {
+		switch {
+		case rec.Phase == p && rec.Step == journal.StepEtcdDowngraded && rec.Component == nodestate.Etcd:
+			done = true
+		case rec.Step == journal.StepEtcdDowngradeEnable && rec.Why == journal.EtcdDowngradeCancelled:
+			done = false
+		}
+	}
+	return done
 }

@@ -45,8 +45,11 @@ const quorumFresh = time.Second
 // (downgradeBeforeStep), single member or not; on a member of several,
 // once the quorum gate has passed, so that a gate that refuses leaves no
 // downgrade enabled. A gate that waited checks the quorum again last
-// (checkAgain), and a refusal there fails the step as the first one does.
-func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) error {
+// (checkAgain), and a refusal there fails the step as the first one does;
+// any failure after the enable cancels the downgrade this transaction
+// enabled (cancelDowngradeOnFail).
+func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) (err error) {
+	defer func() { err = e.cancelDowngradeOnFail(ctx, r, p, err) }()
 	if comp != nodestate.Etcd {
 		return nil
 	}

@@ -90,7 +90,7 @@ type killDuringDowngrade struct {
 	storage string
 }
 
-func (k *killDuringDowngrade) Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error) {
+func (k *killDuringDowngrade) Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration, enabling func(sent bool) error) (etcddata.Downgraded, error) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -106,7 +106,7 @@ func (k *killDuringDowngrade) Downgrade(ctx context.Context, st *nodestate.NodeS
 			}
 		}
 	})
-	got, err := etcddata.Downgrade(ctx, k.cfg, target, timeout)
+	got, err := etcddata.Downgrade(ctx, k.cfg, target, timeout, enabling)
 	close(done)
 	wg.Wait()
 	if k.victim.Running() {
@@ -157,8 +157,8 @@ func versionsAt(ctx context.Context, url string) etcdVersions {
 	return v
 }
 
-func (k *killDuringDowngrade) CancelDowngrade(ctx context.Context, _ *nodestate.NodeState) error {
-	return etcddata.CancelDowngrade(ctx, k.cfg)
+func (k *killDuringDowngrade) CancelDowngrade(ctx context.Context, _ *nodestate.NodeState, target string) error {
+	return etcddata.CancelDowngrade(ctx, k.cfg, target)
 }
 
 // TestDowngradeStepRechecksTheQuorum: a rollback --last moving this

@@ -305,6 +305,9 @@ func TestHAEtcdDowngradeAfterThePointOfNoReturn(t *testing.T) {
 	if d == nil || !strings.HasPrefix(d.Target, "3.6") || len(d.Behind()) != 2 {
 		t.Fatalf("etcd's downgrade %+v: want one to 3.6 with node-1 and node-2 behind", d)
 	}
+	if by := view(t, fs[0]).EnabledBy(d.Target); by == nil || by.Node != "node-3" {
+		t.Errorf("status --cluster names %+v as the enabler of etcd's downgrade, want node-3", by)
+	}
 	// The halt still refuses any other transaction.
 	var halted *cluster.HaltedError
 	if _, err := fs[0].e.Restart(t.Context(), []string{nodestate.Scheduler}); !errors.As(err, &halted) {

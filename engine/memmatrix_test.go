@@ -221,13 +221,19 @@ type fakeEtcd struct {
 	refuseAfterEnable error
 	cancels           int
 	faults            []string
+	// enabled is the minor of the downgrade etcd has enabled ("" none):
+	// a Downgrade to it only waits, as etcd's does.
+	enabled string
+	// cancelFails, when set, is what every CancelDowngrade fails with
+	// (the downgrade stays enabled).
+	cancelFails error
 }
 
 // fakeRevision is the revision the fake etcd reports: the backup's (7)
 // plus the writes since.
 const fakeRevision = 49
 
-func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target string, _ time.Duration) (etcddata.Downgraded, error) {
+func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target string, _ time.Duration, enabling func(bool) error) (etcddata.Downgraded, error) {
 	t, err := manifest.Target(st, nodestate.Etcd)
 	if err != nil {
 		return etcddata.Downgraded{}, err
@@ -235,8 +241,21 @@ func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target 
 	if !f.k.Active(context.Background(), t) {
 		f.faults = append(f.faults, "etcd's data downgraded while the new etcd does not answer")
 	}
-	if f.refuse != nil {
-		return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
+	if f.enabled != target {
+		if enabling != nil {
+			if err := enabling(false); err != nil {
+				return etcddata.Downgraded{}, err
+			}
+		}
+		if f.refuse != nil {
+			return etcddata.Downgraded{Revision: fakeRevision}, f.refuse
+		}
+		f.enabled = target
+		if enabling != nil {
+			if err := enabling(true); err != nil {
+				return etcddata.Downgraded{Enabled: true}, err
+			}
+		}
 	}
 	if f.refuseAfterEnable != nil {
 		return etcddata.Downgraded{Revision: fakeRevision, Enabled: true}, f.refuseAfterEnable
@@ -245,8 +264,12 @@ func (f *fakeEtcd) Downgrade(_ context.Context, st *nodestate.NodeState, target 
 	return etcddata.Downgraded{StorageVersion: target + ".0", Revision: fakeRevision}, nil
 }
 
-func (f *fakeEtcd) CancelDowngrade(context.Context, *nodestate.NodeState) error {
+func (f *fakeEtcd) CancelDowngrade(context.Context, *nodestate.NodeState, string) error {
 	f.cancels++
+	if f.cancelFails != nil {
+		return f.cancelFails
+	}
+	f.enabled = ""
 	return nil
 }
 
@@ -562,6 +585,15 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 	downgrades[fault.AfterEtcdRestore] = downgrades[fault.AfterEtcdStop]
 	restores := maps.Clone(failing)
 	restores[fault.AfterEtcdDowngrade] = "etcd refuses the downgrade: the rollback restores the backup instead"
+	// etcd's step, the first, fails: the rollback --last wrote nothing.
+	downFails := maps.Clone(lastRollsBack)
+	for _, comp := range roster {
+		for _, s := range fault.Steps {
+			if _, ok := downFails[s.InRollback(comp)]; !ok {
+				downFails[s.InRollback(comp)] = "etcd's step, the first, failed before its write: " + comp + " was never written, and the rollback does not restart it"
+			}
+		}
+	}
 	return []memScenario{
 		{
 			name:   "upgrade",
@@ -638,6 +670,33 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 				last, err := n.j.History(1)
 				if err != nil || len(last) == 0 || !etcdDowngraded(n.j, last[0].ID) || n.etcd.downgrades == 0 {
 					return []string{fmt.Sprintf("the rollback --last put etcd 3.5 back without etcd's downgrade (%d downgrades, %v)", n.etcd.downgrades, err)}
+				}
+				return nil
+			},
+		},
+		{
+			// The undo of an upgrade that moved etcd 3.5 -> 3.6, whose
+			// downgrade etcd enabled but whose storage version never
+			// moved: the step fails before etcd's manifest is written,
+			// and the downgrade this transaction enabled is cancelled
+			// (issue 37), whatever crash comes in between.
+			name:      "rollback-last-etcd-down-fails",
+			points:    fault.EtcdDownFailPoints(roster),
+			notOnPath: downFails,
+			want:      RolledBack,
+			setup: func(t *testing.T, n *memNode) {
+				t.Helper()
+				if res, err := n.engine(nil).Run(t.Context(), release(n.st, true, "", ""), nil); err != nil || res.Outcome != Committed {
+					t.Fatalf("setup upgrade to etcd 3.6: %+v %v", res, err)
+				}
+				n.etcd.refuseAfterEnable = fmt.Errorf("%w: the storage version never moved", etcddata.ErrDowngradeUnanswered)
+			},
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.RollbackLast(ctx)
+			},
+			verify: func(n *memNode) []string {
+				if n.etcd.enabled != "" {
+					return []string{fmt.Sprintf("etcd's downgrade to %s, which the rollback --last enabled, was left enabled", n.etcd.enabled)}
 				}
 				return nil
 			},

@@ -516,7 +516,7 @@ func TestEtcdUpgradeCommitsAndRollbackRestoresData(t *testing.T) {
 // to the backup.
 type refusesDowngrade struct{ etcdData }
 
-func (r refusesDowngrade) Downgrade(ctx context.Context, st *nodestate.NodeState, _ string, _ time.Duration) (etcddata.Downgraded, error) {
+func (r refusesDowngrade) Downgrade(ctx context.Context, st *nodestate.NodeState, _ string, _ time.Duration, _ func(bool) error) (etcddata.Downgraded, error) {
 	rev, err := r.Revision(ctx, st)
 	if err != nil {
 		return etcddata.Downgraded{}, err

@@ -199,6 +199,9 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 			return err
 		}
 	}
+	if err := e.endEnabledDowngrade(ctx, r); err != nil {
+		return err
+	}
 	return e.verifyRolledBack(ctx, r)
 }
 

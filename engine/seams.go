@@ -72,11 +72,13 @@ type EtcdData interface {
 	CheckRestore(st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error
 	Restore(ctx context.Context, st *nodestate.NodeState, b *etcddata.Backup, asideDir string, members int) error
 	// Downgrade moves the running member's data back to minor target
-	// with etcd's downgrade protocol (etcddata.Downgrade).
-	Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error)
-	// CancelDowngrade cancels the downgrade the member's cluster has
-	// enabled (etcddata.CancelDowngrade).
-	CancelDowngrade(ctx context.Context, st *nodestate.NodeState) error
+	// with etcd's downgrade protocol (etcddata.Downgrade, which calls
+	// enabling before and after it sends the enable).
+	Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration, enabling func(sent bool) error) (etcddata.Downgraded, error)
+	// CancelDowngrade cancels the member's cluster's downgrade to minor
+	// target and reads it back (etcddata.CancelDowngrade): nil only when
+	// none is enabled any longer.
+	CancelDowngrade(ctx context.Context, st *nodestate.NodeState, target string) error
 	// Revision is the running member's revision.
 	Revision(ctx context.Context, st *nodestate.NodeState) (int64, error)
 }
@@ -100,12 +102,12 @@ func (etcdData) Restore(ctx context.Context, st *nodestate.NodeState, b *etcddat
 	return etcddata.Restore(ctx, st, b, asideDir, members)
 }
 
-func (etcdData) Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration) (etcddata.Downgraded, error) {
-	return etcddata.Downgrade(ctx, etcddata.Endpoint(st), target, timeout)
+func (etcdData) Downgrade(ctx context.Context, st *nodestate.NodeState, target string, timeout time.Duration, enabling func(sent bool) error) (etcddata.Downgraded, error) {
+	return etcddata.Downgrade(ctx, etcddata.Endpoint(st), target, timeout, enabling)
 }
 
-func (etcdData) CancelDowngrade(ctx context.Context, st *nodestate.NodeState) error {
-	return etcddata.CancelDowngrade(ctx, etcddata.Endpoint(st))
+func (etcdData) CancelDowngrade(ctx context.Context, st *nodestate.NodeState, target string) error {
+	return etcddata.CancelDowngrade(ctx, etcddata.Endpoint(st), target)
 }
 
 func (etcdData) Revision(ctx context.Context, st *nodestate.NodeState) (int64, error) {

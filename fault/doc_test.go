@@ -58,6 +58,9 @@ func TestDocsFaultPoints(t *testing.T) {
 		if p == AfterEtcdBackup {
 			// The forced etcd snapshot, before etcd's own step.
 			want = append(want, EtcdSnapshotPoints()...)
+			// etcd's downgrade enabled before etcd goes down a minor,
+			// and its cancel when the transaction does not go on.
+			want = append(want, AfterEtcdDowngradeEnabling, AfterEtcdDowngradeEnabled, AfterEtcdDowngradeCancel)
 		}
 	}
 	want = append(want, EtcdSilentPoints([]string{"C"})...)

@@ -32,6 +32,15 @@ const (
 	// AfterEtcdSnapshotCovered: a new snapshot covers the WAL tail, and
 	// that is journaled.
 	AfterEtcdSnapshotCovered Point = "after-etcd-snapshot-covered"
+	// AfterEtcdDowngradeEnabling: this transaction journaled that it
+	// enables etcd's downgrade, and has not sent the enable yet.
+	AfterEtcdDowngradeEnabling Point = "after-etcd-downgrade-enabling"
+	// AfterEtcdDowngradeEnabled: etcd enabled the downgrade; the wait for
+	// the storage version is next.
+	AfterEtcdDowngradeEnabled Point = "after-etcd-downgrade-enabled"
+	// AfterEtcdDowngradeCancel: a downgrade this transaction enabled was
+	// cancelled (read back), and that is not journaled yet.
+	AfterEtcdDowngradeCancel Point = "after-etcd-downgrade-cancel"
 	AfterApply               Point = "after-apply"
 	BeforeCommit             Point = "before-commit"
 	AfterCommit              Point = "after-commit"
@@ -92,11 +101,25 @@ func UpgradePoints(roster []string) []Point {
 
 // EtcdDownPoints is every point of a transaction that moves etcd down a
 // minor (a rollback --last of an upgrade that moved it up): the upgrade's,
-// with etcd's downgrade (AfterEtcdDowngrade) before etcd's own step.
+// with etcd's downgrade (enabling, enabled, AfterEtcdDowngrade) before
+// etcd's own step.
 func EtcdDownPoints(roster []string) []Point {
 	pts := UpgradePoints(roster)
 	i := slices.Index(pts, AfterEtcdBackup) + 1
-	return slices.Insert(pts, i, AfterEtcdDowngrade)
+	return slices.Insert(pts, i, EtcdEnablePoints()...)
+}
+
+// EtcdEnablePoints is every point of etcd's downgrade before etcd's step
+// of a transaction that moves etcd down a minor, in order.
+func EtcdEnablePoints() []Point {
+	return []Point{AfterEtcdDowngradeEnabling, AfterEtcdDowngradeEnabled, AfterEtcdDowngrade}
+}
+
+// EtcdDownFailPoints is every point of a transaction that moves etcd down
+// a minor and fails after enabling etcd's downgrade, before etcd's step
+// wrote its manifest: the enable, the rollback's cancel, the rollback.
+func EtcdDownFailPoints(roster []string) []Point {
+	return append([]Point{AfterEtcdDowngradeEnabling, AfterEtcdDowngradeEnabled, AfterEtcdDowngradeCancel}, RollbackPoints(roster)...)
 }
 
 // EtcdSilentPoints is every point of an upgrade whose new etcd never
@@ -125,6 +148,6 @@ func RollbackPoints(roster []string) []Point {
 
 // Fixed is every point that names no component, for the docs.
 func Fixed() []Point {
-	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterEtcdSnapshotForcing, AfterEtcdSnapshotCovered, AfterEtcdAnswered, AfterEtcdSilent, AfterApply, BeforeCommit, AfterCommit,
+	return slices.Clone([]Point{AfterBegin, AfterSnapshot, AfterEtcdBackup, AfterEtcdSnapshotForcing, AfterEtcdSnapshotCovered, AfterEtcdDowngradeEnabling, AfterEtcdDowngradeEnabled, AfterEtcdDowngradeCancel, AfterEtcdAnswered, AfterEtcdSilent, AfterApply, BeforeCommit, AfterCommit,
 		AfterRollingBack, AfterEtcdDowngrade, AfterEtcdStop, AfterEtcdRestore, AfterRestore, BeforeRolledBack})
 }

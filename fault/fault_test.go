@@ -24,6 +24,7 @@ func TestPointsUniqueAndOrdered(t *testing.T) {
 	}
 	all := append(slices.Clone(up), EtcdSilentPoints(roster)[0])
 	all = append(all, EtcdSnapshotPoints()...)
+	all = append(all, AfterEtcdDowngradeEnabling, AfterEtcdDowngradeEnabled, AfterEtcdDowngradeCancel)
 	all = append(all, rb...)
 	seen := map[Point]bool{}
 	for _, p := range all {

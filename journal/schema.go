@@ -44,7 +44,9 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	                              is one of Steps; "processes" (done),
 	                              "asideDir" (etcd-restored), "etcdData"
 	                              and "why" (etcd-data), "why", "procMark"
-	                              and "stamp" (etcd-snapshot) are typed fields
+	                              and "stamp" (etcd-snapshot), "etcdTarget"
+	                              and "why" (etcd-downgrade-enable) are
+	                              typed fields
 
 	open                          bucket
 	    txn                       id of the open transaction; absent when no
@@ -109,6 +111,9 @@ forced etcd snapshot before etcd's own step, "why" forcing or covered)
 came without a bump: every binary since version 2 refuses a record whose
 step it does not know, so an older binary refuses such a transaction
 rather than misread it, and files without one stay readable by it.
+The step "etcd-downgrade-enable" ("etcdTarget", the minor etcd downgrades
+to, and "why" enabling, cancelled or refused: this transaction enabled
+etcd's downgrade, or cancelled it) came the same way, without a bump.
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version
@@ -238,7 +243,7 @@ func migrateV1toV2(tx *bolt.Tx, _ time.Time) error {
 			if err := json.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("records/%s/%x: %w", id, k, err)
 			}
-			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData || r.Step == StepEtcdAnswered || r.Step == StepEtcdSilent || r.Step == StepEtcdDowngraded {
+			if !r.Step.Known() || r.Step == StepReplaced || r.Step == StepEtcdData || r.Step == StepEtcdAnswered || r.Step == StepEtcdSilent || r.Step == StepEtcdDowngraded || r.Step == StepEtcdDowngradeEnable {
 				return fmt.Errorf("records/%s/%x: unknown step %q", id, k, r.Step)
 			}
 			switch {

@@ -172,6 +172,9 @@ type Record struct {
 	// Schema 5.
 	EtcdData string `json:"etcdData,omitempty"`
 	Why      string `json:"why,omitempty"`
+	// EtcdTarget is the minor ("3.5") etcd's downgrade goes to
+	// (StepEtcdDowngradeEnable).
+	EtcdTarget string `json:"etcdTarget,omitempty"`
 }
 
 // The decisions of a StepEtcdData record.
@@ -231,8 +234,24 @@ const (
 	// covers the WAL tail, so etcd's own step may go on. No bump: a binary
 	// that does not know the step refuses the transaction when it reads it.
 	StepEtcdSnapshot Step = "etcd-snapshot"
+	// StepEtcdDowngradeEnable: this transaction enables etcd's downgrade
+	// to Record.EtcdTarget. Why "enabling": journaled before the enable is
+	// sent, so a crash right after it still knows who enabled it; Why
+	// "cancelled": the cancel was read back, none enabled; Why "refused":
+	// etcd refused the enable, so this transaction enabled none. A
+	// downgrade enabled while applying is cancelled on every path that
+	// does not swap etcd's binary (docs/reliability.md). No bump, as
+	// etcd-snapshot.
+	StepEtcdDowngradeEnable Step = "etcd-downgrade-enable"
 	// StepVerified: the transaction passed its soak and committed.
 	StepVerified Step = "verified"
+)
+
+// The stages of a StepEtcdDowngradeEnable record (Record.Why).
+const (
+	EtcdDowngradeEnabling  = "enabling"
+	EtcdDowngradeCancelled = "cancelled"
+	EtcdDowngradeRefused   = "refused"
 )
 
 // The stages of a StepEtcdSnapshot record (Record.Why).
@@ -242,7 +261,7 @@ const (
 )
 
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepEtcdSnapshot, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepEtcdSnapshot, StepEtcdDowngradeEnable, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }

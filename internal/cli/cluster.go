@@ -173,6 +173,11 @@ func (rep clusterReport) print(w io.Writer) {
 func (rep clusterReport) printDowngrade(w io.Writer) {
 	d := rep.Downgrade
 	fmt.Fprintf(w, "ETCD DOWNGRADE to %s under way: etcd ends it once every member runs %s\n", d.Target, d.Target)
+	if by := rep.View.EnabledBy(d.Target); by != nil {
+		fmt.Fprintf(w, "  enabled by %s, transaction %s (%s, %s)\n", by.Node, by.Txn, by.Kind, by.Phase)
+	} else {
+		fmt.Fprintln(w, "  enabled by no stratum-upgrade transaction on record (etcdctl downgrade enable?)")
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  MEMBER\tETCD\tSTORAGE")
 	for _, m := range d.Members {

@@ -201,6 +201,8 @@ func recordText(r recordJSON) string {
 		return "etcd-silent: the wait for the new etcd ended without an answer"
 	case journal.StepEtcdDowngraded:
 		return "etcd-downgraded: etcd's downgrade protocol moved the data back: " + orDash(r.Why)
+	case journal.StepEtcdDowngradeEnable:
+		return "etcd-downgrade-enable: this transaction's etcd downgrade: " + orDash(r.Why)
 	case journal.StepVerified:
 		return "verified: every component stayed active through the soak"
 	}
