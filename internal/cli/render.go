@@ -210,6 +210,10 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	if !allAtOnce {
 		rp, planErr = g.planRender(store, st)
 	}
+	if errors.Is(planErr, manifest.ErrShadowed) {
+		// Nothing imported, as any other refusal before a transaction.
+		return refused(refusedRender("init", planErr))
+	}
 	if cur != nil && (planErr != nil || rp != nil && len(rp.live) > 0) {
 		// A node state is replaced on a live node: the transaction
 		// carries st, and only its commit makes st the journal's node
@@ -306,7 +310,9 @@ transaction, one component at a time in roster order with the waits, exactly as
 nothing that changes runs (a fresh node, a component down), it writes at once.
 --all-at-once always writes at once (a node whose components are down and that
 a transaction could not verify); --dry-run prints what would change, with a
-diff of each manifest, and writes nothing.`,
+diff of each manifest, and writes nothing. A stray that kubelet runs in place
+of a component (etcd.yaml.bak) refuses a render that changes anything, and
+its dry run too: move the stray out of the directory first.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			if dryRun && allAtOnce {
@@ -338,7 +344,7 @@ diff of each manifest, and writes nothing.`,
 			var rp *renderPlan
 			if !allAtOnce {
 				if rp, err = g.planRender(store, st); err != nil {
-					return err
+					return refusedRender("render", err)
 				}
 			}
 			return g.renderLive("render", j, store, st, rp, opts, false, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
