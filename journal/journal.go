@@ -90,7 +90,7 @@ func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 type lockedError struct{ path string }
 
 func (e *lockedError) Error() string {
-	return fmt.Sprintf("journal %s is locked: another stratum-upgrade is running (pid unknown)", e.path)
+	return fmt.Sprintf("journal %s is locked: another stratum-upgrade is running", e.path)
 }
 
 func (e *lockedError) Unwrap() error { return ErrLocked }

@@ -78,7 +78,10 @@ of time, and images list is the list to mirror into a registry an air-gapped
 node can reach (docs/operations.md, "Images").`,
 		ValidArgs: []string{"list", "pull"},
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || (args[0] != "list" && args[0] != "pull") {
+			switch {
+			case len(args) == 0:
+				return cmdLineErrorf("images: say what to do: `images list --to VERSION` prints the images of a version, `images pull --to VERSION` pulls them")
+			case len(args) != 1 || (args[0] != "list" && args[0] != "pull"):
 				return cmdLineErrorf("images takes list or pull (got %q)", strings.Join(args, " "))
 			}
 			return nil
