@@ -281,6 +281,9 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	var re *ranError
 	if !errors.As(err, &re) {
+		if hint := g.habitHint(args, err); hint != "" {
+			err = fmt.Errorf("%w; %s", err, hint)
+		}
 		err = &usageError{err: err, cmdLine: true} // cobra's own parsing: unknown command, bad args
 	}
 	err = g.asRoot(err)
@@ -360,7 +363,10 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: ran(func(cmd *cobra.Command, args []string) error {
-			return g.setup(cmd)
+			if err := g.setup(cmd); err != nil {
+				return err
+			}
+			return acceptBareVersion(cmd)
 		}),
 	}
 	cobra.EnableCommandSorting = false // workflow order, as added below
