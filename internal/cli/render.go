@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -77,7 +78,7 @@ refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 				return g.adoptKubeadm(ad, force, opts)
 			}
 			if dryRun {
-				return g.initDryRun(stateFile)
+				return g.initDryRun(stateFile, force)
 			}
 			return g.runInit(stateFile, force, allAtOnce, opts)
 		}),
@@ -113,15 +114,20 @@ func checkRenders(st *nodestate.NodeState) error {
 	return nil
 }
 
-// initDryRun is init --dry-run: FILE validated and the render it would
-// make planned against the manifest directory; nothing is created.
-func (g *globals) initDryRun(stateFile string) error {
+// initDryRun is init --dry-run: FILE validated, what init would refuse
+// refused (a journal holding a node state, without --force; an open
+// transaction), and the render it would make planned against the manifest
+// directory; nothing is created.
+func (g *globals) initDryRun(stateFile string, force bool) error {
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
 	}
 	if err := st.CheckKubernetesVersion(); err != nil {
 		return fmt.Errorf("node state %s: %w", stateFile, err)
+	}
+	if err := g.initWouldRefuse(stateFile, force); err != nil {
+		return err
 	}
 	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
 		rep := &dryRunReport{Command: "init"}
@@ -135,6 +141,42 @@ func (g *globals) initDryRun(stateFile string) error {
 		fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
 	}
 	return g.dryRun("init", st)
+}
+
+// initWouldRefuse is init's refusals that its dry run can tell from the
+// journal opened read-only: an open transaction, and a node state already
+// there without force.
+func (g *globals) initWouldRefuse(stateFile string, force bool) error {
+	ok, err := g.journalExists()
+	if err != nil || !ok {
+		return err
+	}
+	j, err := g.open(true)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	if err := refuseOpenTxn(j, "init"); err != nil {
+		return err
+	}
+	cur, err := j.NodeState()
+	switch {
+	case err == nil && !force:
+		return g.stateHeld(j, cur, stateFile)
+	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
+		return err
+	}
+	return nil
+}
+
+// stateHeld is init's refusal of a journal j that holds cur already.
+func (g *globals) stateHeld(j *journal.Journal, cur *nodestate.NodeState, stateFile string) error {
+	replace := "init --force --state FILE"
+	if stateFile != "" {
+		replace = "init --force --state " + shellQuote(stateFile)
+	}
+	return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `%s` re-renders it, `%s` replaces it",
+		j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline(replace))
 }
 
 func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
@@ -152,7 +194,7 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.U
 // by init --from-kubeadm): the journal created, st imported, and the
 // manifest directory brought to its render, through a transaction where a
 // running component's manifest changes (with opts's pre-flight checks).
-func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
+func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) (err error) {
 	// Both directories are checked before either is created, and the
 	// manifest directory is created first: a bad one fails before the
 	// state directory and the journal exist.
@@ -162,6 +204,14 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	if err := checkCreatable("state directory", g.stateDir); err != nil {
 		return err
 	}
+	// A failed init leaves no directory it created empty behind (a
+	// mistyped --manifest-dir, refused).
+	made := missingDirs(g.manifestDir)
+	defer func() {
+		if err != nil {
+			removeEmpty(made)
+		}
+	}()
 	store, err := manifest.Create(g.manifestDir, g.storeOptions())
 	if err != nil {
 		return err
@@ -193,12 +243,7 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	cur, err := j.NodeState()
 	switch {
 	case err == nil && !force:
-		replace := "init --force --state FILE"
-		if stateFile != "" {
-			replace = "init --force --state " + shellQuote(stateFile)
-		}
-		return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `%s` re-renders it, `%s` replaces it",
-			j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline(replace))
+		return g.stateHeld(j, cur, stateFile)
 	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
 		return err
 	}
@@ -337,7 +382,13 @@ its dry run too: move the stray out of the directory first.`,
 			if dryRun {
 				return g.dryRun("render", st)
 			}
-			store, err := manifest.Create(g.manifestDir, g.storeOptions())
+			if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
+				// Not created here: kubelet's staticPodPath that vanished
+				// is the operator's to look at, not to paper over.
+				return fmt.Errorf("render: the manifest directory %s does not exist (kubelet's staticPodPath; the journal records it); nothing is written: create it with `mkdir -p -m 0700 %s`, then run `%s`",
+					g.manifestDir, shellQuote(g.manifestDir), g.cmdline("render"))
+			}
+			store, err := manifest.Open(g.manifestDir, g.storeOptions())
 			if err != nil {
 				return err
 			}
@@ -416,4 +467,26 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// missingDirs is the directories MkdirAll(dir) would create, deepest
+// first.
+func missingDirs(dir string) []string {
+	var out []string
+	for p := filepath.Clean(dir); p != filepath.Dir(p); p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// removeEmpty removes dirs, deepest first, each only while it is empty.
+func removeEmpty(dirs []string) {
+	for _, d := range dirs {
+		if err := syscall.Rmdir(d); err != nil {
+			return
+		}
+	}
 }
