@@ -366,7 +366,11 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 			if err := g.setup(cmd); err != nil {
 				return err
 			}
-			return acceptBareVersion(cmd)
+			if err := acceptBareVersion(cmd); err != nil {
+				return err
+			}
+			g.warnUnknownPatch(cmd)
+			return nil
 		}),
 	}
 	cobra.EnableCommandSorting = false // workflow order, as added below
