@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -199,6 +200,9 @@ type globals struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
+	// noRuntimeOnce says once per command that no container runtime
+	// answers (noRuntime).
+	noRuntimeOnce sync.Once
 	scanner        *proc.Scanner
 	start          time.Time
 }

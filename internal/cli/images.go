@@ -44,12 +44,25 @@ func (g *globals) runtime() (*cri.Client, error) {
 	return cri.Open(g.cri.socket, g.scanner, cri.KubeletConfig)
 }
 
+// noRuntime says once per command, in one short line, that no container
+// runtime answers and which flags name one or require it; where it looked
+// (every socket tried, a line of 400 characters) is at --log-level debug.
+func (g *globals) noRuntime(err error) {
+	g.noRuntimeOnce.Do(func() {
+		g.log.Debug("no container runtime answers", "err", err)
+		fmt.Fprintln(g.stderr, "stratum-upgrade: warning: no container runtime answers: the images are not checked (--cri-socket names its socket, --require-cri refuses without one; --log-level debug says where it looked)")
+	})
+}
+
 // engineImages is the engine's image pre-flight configuration.
 func (g *globals) engineImages() engine.Images {
 	return engine.Images{
 		Connect: func() (engine.ImageRuntime, error) {
 			c, err := g.runtime()
 			if err != nil {
+				if !g.cri.require {
+					g.noRuntime(err)
+				}
 				return nil, err
 			}
 			g.log.Info("container runtime for the image pre-flight", "endpoint", c.Source.Endpoint, "from", c.Source.From)
@@ -252,7 +265,7 @@ func (g *globals) planImages(plan *engine.Plan) ([]planImage, error) {
 	}
 	rt, err := g.runtime()
 	if err != nil {
-		fmt.Fprintf(g.stderr, "stratum-upgrade: warning: the images are not checked: %v\n", err)
+		g.noRuntime(err)
 		return nil, nil
 	}
 	out := make([]planImage, 0, len(need))
