@@ -203,8 +203,8 @@ type globals struct {
 	// noRuntimeOnce says once per command that no container runtime
 	// answers (noRuntime).
 	noRuntimeOnce sync.Once
-	scanner        *proc.Scanner
-	start          time.Time
+	scanner       *proc.Scanner
+	start         time.Time
 }
 
 func (g *globals) journalPath() string  { return filepath.Join(g.stateDir, JournalFile) }
