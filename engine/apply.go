@@ -279,7 +279,7 @@ func writeMessage(p journal.Phase, comp string, wrote bool) string {
 	case wrote:
 		return "wrote " + comp + " manifest"
 	case p == journal.PhaseRollingBack:
-		return "manifest restored from the snapshot (no write needed)"
+		return "manifest put back by the snapshot restore"
 	}
 	return "manifest already written (before an interruption)"
 }

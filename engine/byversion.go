@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
 
@@ -51,6 +52,11 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 	tv, err := nodestate.ParseKubernetesVersion(target)
 	if err != nil {
 		return nil, &ByVersionError{Version: target, Why: "not a Kubernetes version: give v and a semantic version, like v1.36.3"}
+	}
+	if versions.Supported(nodestate.KubeAPIServer, tv) != nil {
+		// Refused here, by what is supported: no release file could
+		// make stratum-upgrade render a minor it does not know.
+		return nil, &ByVersionError{Version: target, Why: fmt.Sprintf("Kubernetes %s is not supported: stratum-upgrade renders Kubernetes %s", versions.MinorOf(tv), strings.Join(versions.KubernetesMinors, ", "))}
 	}
 	if cur, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion); err == nil && tv.LessThan(cur) {
 		return nil, &ByVersionError{Version: target, Why: fmt.Sprintf("older than the node's %s: an upgrade by version never goes down (rollback --last puts back the state before the last committed upgrade)", st.KubernetesVersion)}

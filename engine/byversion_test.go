@@ -114,13 +114,18 @@ func TestReleaseForVersionRefusals(t *testing.T) {
 			"upgrade to v1.37.2: kube-scheduler: its image mirror.example.com:5000/k8s/kube-scheduler@sha256:abab"},
 		{"a tag that is no version", strings.Replace(kubeadmPins, "kube-apiserver:v1.36.3", "kube-apiserver:latest", 1) + "versions:\n  kube-apiserver: v1.36.3\n", "v1.37.2",
 			"kube-apiserver: its image mirror.example.com:5000/k8s/kube-apiserver:latest has a tag that is not a version"},
-		{"a minor kubeadm's table lacks", kubeadmPins, "v1.38.0", "upgrade to v1.38.0: etcd: Kubernetes v1.38.0: no etcd version is paired with its minor"},
+		// Refused with the supported range, not sent to a release file
+		// that would then fail as unsupported (issue 39, item 4).
+		{"an unsupported minor", kubeadmPins, "v1.38.0", "upgrade to v1.38.0: Kubernetes 1.38 is not supported: stratum-upgrade renders Kubernetes 1.34, 1.35, 1.36, 1.37"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ReleaseForVersion(byVersionNode(t, "v1.36.3", c.images), c.to)
 			var be *ByVersionError
 			if !errors.As(err, &be) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want a ByVersionError with %q", err, c.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "release file") && strings.Contains(c.want, "not supported") {
+				t.Errorf("an unsupported minor sends the operator to a release file: %v", err)
 			}
 		})
 	}

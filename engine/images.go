@@ -158,7 +158,9 @@ func (e *Engine) ensureImages(ctx context.Context, p *Plan) ([]versions.Finding,
 			return nil, fmt.Errorf("%w: %v; nothing was written (--require-cri)", ErrNoRuntime, err)
 		}
 		e.noRuntimeOnce.Do(func() {
-			e.log.Warn("no container runtime answers: the images are not checked or pulled before anything stops; kubelet pulls each when it starts its pod", "err", err)
+			// Debug: the caller says it to the operator, once and short
+			// (the CLI's noRuntime).
+			e.log.Debug("no container runtime answers: the images are not checked or pulled before anything stops; kubelet pulls each when it starts its pod", "err", err)
 		})
 		return nil, nil
 	}

@@ -41,7 +41,7 @@ func TestWriteMessage(t *testing.T) {
 		{journal.PhaseApplying, true, "wrote etcd manifest"},
 		{journal.PhaseApplying, false, "manifest already written (before an interruption)"},
 		{journal.PhaseRollingBack, true, "wrote etcd manifest"},
-		{journal.PhaseRollingBack, false, "manifest restored from the snapshot (no write needed)"},
+		{journal.PhaseRollingBack, false, "manifest put back by the snapshot restore"},
 	} {
 		if got := writeMessage(c.p, "etcd", c.wrote); got != c.want {
 			t.Errorf("writeMessage(%s, %v) = %q, want %q", c.p, c.wrote, got, c.want)

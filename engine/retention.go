@@ -8,7 +8,10 @@ import (
 	"github.com/ciq/stratum-upgrade/journal"
 )
 
-// prune applies snapshot retention; failures are logged, never fatal.
+// prune applies snapshot retention; failures are logged, never fatal. It
+// runs after every transaction that ends: committed, rolled back, or its
+// rollback failed (seven failed rollbacks kept seven snapshots, each with
+// its etcd backup).
 func (e *Engine) prune() {
 	if err := e.pruneChecked(); err != nil {
 		e.log.Warn("snapshot retention: nothing more was removed", "err", err)

@@ -45,6 +45,9 @@ func (e *Engine) rollback(ctx context.Context, r *run) (Result, error) {
 		}
 		e.event(r.txn.ID, journal.PhaseRollbackFailed, "rollback-failed", "", "", msg)
 		e.ended(r, RollbackFailed, msg)
+		// Ended: retention runs as after any end (its snapshot is the
+		// newest, and kept).
+		e.prune()
 		return r.result(RollbackFailed, msg), e.rollbackFailed(r, msg)
 	}
 	e.hit(fault.BeforeRolledBack)

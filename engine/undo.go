@@ -19,7 +19,7 @@ import (
 // ErrCannotUndo is wrapped by the refusal of a rollback --last that cannot
 // undo the last committed transaction; the message names what to run
 // instead. Nothing was journaled.
-var ErrCannotUndo = errors.New("rollback --last cannot undo it")
+var ErrCannotUndo = errors.New("rollback --last refused")
 
 // undo is the plan of a rollback-last and what its transaction records.
 type undo struct {
@@ -75,6 +75,33 @@ func (e *Engine) RollbackLast(ctx context.Context) (Result, error) {
 	})
 }
 
+// PlanRollbackLast is rollback --last's dry run: the plan of undoing the
+// journal's last committed transaction against the manifests in store, and
+// its account, or RollbackLast's refusal; members is the etcd cluster's
+// member count as last known. Nothing is written or journaled, and etcd is
+// not asked (the real rollback --last reads the member count from it).
+func PlanRollbackLast(j *journal.Journal, store Manifests, members int) (*Plan, string, error) {
+	if open, err := j.OpenTxn(); err != nil {
+		return nil, "", err
+	} else if open != nil {
+		return nil, "", openTxnError(open)
+	}
+	e := &Engine{j: j, store: store}
+	last, err := e.lastCommitted()
+	if err != nil {
+		return nil, "", err
+	}
+	cur, err := j.NodeState()
+	if err != nil {
+		return nil, "", err
+	}
+	u, err := e.planUndo(cur, last, topology{members: members})
+	if err != nil {
+		return nil, "", err
+	}
+	return u.plan, u.what, nil
+}
+
 // lastCommitted is the newest committed transaction of the journal.
 func (e *Engine) lastCommitted() (*journal.Txn, error) {
 	hist, err := e.j.History(0)
@@ -86,7 +113,7 @@ func (e *Engine) lastCommitted() (*journal.Txn, error) {
 			return &hist[i], nil
 		}
 	}
-	return nil, fmt.Errorf("%w: no committed transaction in the journal", ErrCannotUndo)
+	return nil, fmt.Errorf("%w: the journal holds no committed transaction, so there is nothing to undo", ErrCannotUndo)
 }
 
 // planUndo is the plan that undoes last, the newest committed transaction,

@@ -95,7 +95,7 @@ func PlanStop(store Manifests, st *nodestate.NodeState, comps []string, opts Sto
 // stopped is an error (ErrNothingToDo, or ErrUnknownComponent when the
 // node does not have it). Nothing is written.
 func PlanStart(store Manifests, st *nodestate.NodeState, comps []string, stamp string) (*Plan, error) {
-	comps, err := verbComponents(st, comps, st.Stopped, "stopped", "running already")
+	comps, err := verbComponents(st, comps, st.Stopped, "stopped", "not stopped (start brings back only what stop stopped)")
 	if err != nil {
 		return nil, err
 	}

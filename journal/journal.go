@@ -104,7 +104,7 @@ func (e *EmptyError) Unwrap() error { return ErrEmpty }
 type lockedError struct{ path string }
 
 func (e *lockedError) Error() string {
-	return fmt.Sprintf("journal %s is locked: another stratum-upgrade is running (pid unknown)", e.path)
+	return fmt.Sprintf("journal %s is locked: another stratum-upgrade is running", e.path)
 }
 
 func (e *lockedError) Unwrap() error { return ErrLocked }

@@ -147,7 +147,7 @@ func checkLocked(t *testing.T, err error, path string) {
 	if !errors.Is(err, ErrLocked) {
 		t.Fatalf("Open of a held journal: %v, want ErrLocked", err)
 	}
-	want := "journal " + path + " is locked: another stratum-upgrade is running (pid unknown)"
+	want := "journal " + path + " is locked: another stratum-upgrade is running"
 	if err.Error() != want {
 		t.Errorf("lock error = %q\nwant %q", err, want)
 	}

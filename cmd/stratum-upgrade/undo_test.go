@@ -65,19 +65,30 @@ func TestRollbackLastEveryVerb(t *testing.T) {
 	c.want(cli.ExitOK, "stop", nodestate.Scheduler)
 	c.want(cli.ExitOK, "start", nodestate.Scheduler)
 
-	out := c.want(cli.ExitOK, "rollback", "--last")
+	// --dry-run says what --last would do, and does none of it.
+	before := historyLen(t, c)
+	onDisk := readFile(t, sched)
+	out := c.want(cli.ExitOK, "rollback", "--last", "--dry-run")
+	contains(t, "rollback --last --dry-run of the start", out, "rollback --last --dry-run: would roll back ", "(start): stop kube-scheduler, as one transaction", "+++ /dev/null")
+	if readFile(t, sched) != onDisk || historyLen(t, c) != before {
+		t.Fatal("rollback --last --dry-run changed the manifest or journaled a transaction")
+	}
+
+	out = c.want(cli.ExitOK, "rollback", "--last")
 	contains(t, "rollback --last of the start", out, "(start): stop kube-scheduler", "kube-scheduler: waiting for kube-scheduler to exit", "\ncommitted ")
 	if _, err := os.Stat(sched); !os.IsNotExist(err) {
 		t.Errorf("the scheduler's manifest after rollback --last of its start: %v, want none", err)
 	}
 	contains(t, "status after rollback --last of the start", c.want(cli.ExitOK, "status"), "stopped:      kube-scheduler")
 
-	before := historyLen(t, c)
-	code, _, errOut := c.su("rollback", "--last")
-	if code != cli.ExitError {
-		t.Errorf("rollback --last of a rollback --last: exit %d, want %d", code, cli.ExitError)
+	before = historyLen(t, c)
+	for _, args := range [][]string{{"rollback", "--last", "--dry-run"}, {"rollback", "--last"}} {
+		code, _, errOut := c.su(args...)
+		if code != cli.ExitError {
+			t.Errorf("%s of a rollback --last: exit %d, want %d", strings.Join(args, " "), code, cli.ExitError)
+		}
+		contains(t, strings.Join(args, " ")+" of a rollback --last", errOut, "rollback --last refused: ", "is itself a rollback --last", "run --to RELEASE", "apply --state FILE")
 	}
-	contains(t, "rollback --last of a rollback --last", errOut, "is itself a rollback --last", "run --to RELEASE", "apply --state FILE")
 	if got := historyLen(t, c); got != before {
 		t.Errorf("the refused rollback --last journaled a transaction: %d in the history, want %d", got, before)
 	}

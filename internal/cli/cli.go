@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -199,8 +200,11 @@ type globals struct {
 
 	stdout, stderr io.Writer
 	log            *slog.Logger
-	scanner        *proc.Scanner
-	start          time.Time
+	// noRuntimeOnce says once per command that no container runtime
+	// answers (noRuntime).
+	noRuntimeOnce sync.Once
+	scanner       *proc.Scanner
+	start         time.Time
 }
 
 func (g *globals) journalPath() string  { return filepath.Join(g.stateDir, JournalFile) }
@@ -281,6 +285,9 @@ func Main(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	var re *ranError
 	if !errors.As(err, &re) {
+		if hint := g.habitHint(args, err); hint != "" {
+			err = fmt.Errorf("%w; %s", err, hint)
+		}
 		err = &usageError{err: err, cmdLine: true} // cobra's own parsing: unknown command, bad args
 	}
 	err = g.asRoot(err)
@@ -360,7 +367,14 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: ran(func(cmd *cobra.Command, args []string) error {
-			return g.setup(cmd)
+			if err := g.setup(cmd); err != nil {
+				return err
+			}
+			if err := acceptBareVersion(cmd); err != nil {
+				return err
+			}
+			g.warnUnknownPatch(cmd)
+			return nil
 		}),
 	}
 	cobra.EnableCommandSorting = false // workflow order, as added below

@@ -50,6 +50,10 @@ func TestLegacyJournalAdoptsManifestDir(t *testing.T) {
 		}
 		return errb.String()
 	}
+	// render creates no manifest directory: kubelet's is there.
+	if err := os.Mkdir(mdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	run(ExitOK, "render", "--manifest-dir", mdir)
 	j, err = journal.Open(filepath.Join(stateDir, JournalFile), journal.Options{ReadOnly: true})
 	if err != nil {

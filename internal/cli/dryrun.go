@@ -14,6 +14,7 @@ import (
 	udiff "github.com/aymanbagabas/go-udiff"
 	"github.com/spf13/cobra"
 
+	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -121,7 +122,7 @@ func (g *globals) verbDryRun(verb string, plan func(*manifest.Store, *nodestate.
 	p, err := plan(store, st)
 	if errors.Is(err, engine.ErrNothingToDo) {
 		rep.Nothing = true
-		rep.note("nothing to do: %v", err)
+		rep.note("%v", err) // "nothing to do: ..." already
 		return g.printDryRunReport(rep)
 	}
 	if err != nil {
@@ -130,5 +131,45 @@ func (g *globals) verbDryRun(verb string, plan func(*manifest.Store, *nodestate.
 	rep.Transaction = true
 	rep.note("would %s %s as one transaction in roster order, with the waits and a rollback on failure; nothing is written now", verb, list(p.Changed()))
 	rep.addChanges(store.Dir(), verb, p.Changes)
+	return g.printDryRunReport(rep)
+}
+
+// rollbackLastDryRun is rollback --last --dry-run: what undoing the last
+// committed transaction would change, from the journal and the manifests
+// opened read-only, or the refusal rollback --last would give. The etcd
+// member count is the one kept beside the journal; without one, the plan
+// is made as if etcd had several members, and a warning says so.
+func (g *globals) rollbackLastDryRun() error {
+	j, err := g.openJournal(true)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	if _, err := nodeState(j); err != nil {
+		return err
+	}
+	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
+	if err != nil {
+		return err
+	}
+	members := 2
+	if m, err := cluster.LoadMembers(filepath.Join(g.stateDir, cluster.MembersFile)); err == nil && m != nil {
+		members = m.Count
+	} else {
+		fmt.Fprintf(g.stderr, "stratum-upgrade: warning: rollback --last --dry-run: etcd's member count is not known here (the real rollback --last reads it from etcd); planned as for several members\n")
+	}
+	rep := &dryRunReport{Command: "rollback --last"}
+	p, what, err := engine.PlanRollbackLast(j, store, members)
+	if errors.Is(err, engine.ErrNothingToDo) {
+		rep.Nothing = true
+		rep.note("%v", err)
+		return g.printDryRunReport(rep)
+	}
+	if err != nil {
+		return err
+	}
+	rep.Transaction = true
+	rep.note("would %s, as one transaction in roster order with the waits and a rollback on failure; nothing is written now", what)
+	rep.addChanges(store.Dir(), "after rollback --last", p.Changes)
 	return g.printDryRunReport(rep)
 }

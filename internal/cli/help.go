@@ -197,6 +197,9 @@ func (g *globals) argsOfFlag(flag, placeholder, what string) cobra.PositionalArg
 		case 0:
 			return nil
 		case 1:
+			if err := g.versionArgHint(cmd, args[0]); err != nil {
+				return err
+			}
 			return cmdLineErrorf("%s: unexpected argument %q: the %s is given with %s: `%s`", cmd.Name(), args[0], what, usageText, g.cmdline(cmd.Name()+" --"+flag+" "+shellQuote(args[0])))
 		}
 		return cmdLineErrorf("%s takes no arguments (got %s); the %s is given with %s", cmd.Name(), strings.Join(args, " "), what, usageText)

@@ -44,12 +44,25 @@ func (g *globals) runtime() (*cri.Client, error) {
 	return cri.Open(g.cri.socket, g.scanner, cri.KubeletConfig)
 }
 
+// noRuntime says once per command, in one short line, that no container
+// runtime answers and which flags name one or require it; where it looked
+// (every socket tried, a line of 400 characters) is at --log-level debug.
+func (g *globals) noRuntime(err error) {
+	g.noRuntimeOnce.Do(func() {
+		g.log.Debug("no container runtime answers", "err", err)
+		fmt.Fprintln(g.stderr, "stratum-upgrade: warning: no container runtime answers: the images are not checked (--cri-socket names its socket, --require-cri refuses without one; --log-level debug says where it looked)")
+	})
+}
+
 // engineImages is the engine's image pre-flight configuration.
 func (g *globals) engineImages() engine.Images {
 	return engine.Images{
 		Connect: func() (engine.ImageRuntime, error) {
 			c, err := g.runtime()
 			if err != nil {
+				if !g.cri.require {
+					g.noRuntime(err)
+				}
 				return nil, err
 			}
 			g.log.Info("container runtime for the image pre-flight", "endpoint", c.Source.Endpoint, "from", c.Source.From)
@@ -78,7 +91,10 @@ of time, and images list is the list to mirror into a registry an air-gapped
 node can reach (docs/operations.md, "Images").`,
 		ValidArgs: []string{"list", "pull"},
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 || (args[0] != "list" && args[0] != "pull") {
+			switch {
+			case len(args) == 0:
+				return cmdLineErrorf("images: say what to do: `images list --to VERSION` prints the images of a version, `images pull --to VERSION` pulls them")
+			case len(args) != 1 || (args[0] != "list" && args[0] != "pull"):
 				return cmdLineErrorf("images takes list or pull (got %q)", strings.Join(args, " "))
 			}
 			return nil
@@ -249,7 +265,7 @@ func (g *globals) planImages(plan *engine.Plan) ([]planImage, error) {
 	}
 	rt, err := g.runtime()
 	if err != nil {
-		fmt.Fprintf(g.stderr, "stratum-upgrade: warning: the images are not checked: %v\n", err)
+		g.noRuntime(err)
 		return nil, nil
 	}
 	out := make([]planImage, 0, len(need))

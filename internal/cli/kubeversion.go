@@ -8,9 +8,14 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
 
 // kubernetesVersionAdvice is what to do about a target whose
@@ -57,3 +62,26 @@ func releaseForVersion(st *nodestate.NodeState, to string) (*engine.Release, []b
 
 // toFlagHelp is --to's help for plan and run.
 const toFlagHelp = "the Kubernetes version to upgrade to (v1.36.3: every Kubernetes component to it, etcd to the version kubeadm pairs with its minor), or a release file (YAML, kind Release) pinning the images it names"
+
+// warnUnknownPatch warns, on stderr, when cmd's --to is a version of a
+// minor the table of versions/kubeadm knows but not one of its known patch
+// releases (v1.35.99): its images may not exist, and images list would
+// list them all the same. A patch newer than the table may be real, so it
+// is a warning, not a refusal; the image pre-flight of run catches an
+// image that cannot be pulled.
+func (g *globals) warnUnknownPatch(cmd *cobra.Command) {
+	f := cmd.Flags().Lookup("to")
+	if f == nil || !byVersion(f.Value.String()) {
+		return
+	}
+	v, err := nodestate.ParseKubernetesVersion(f.Value.String())
+	if err != nil {
+		return
+	}
+	m, ok := kubeadm.Lookup(v)
+	if !ok || slices.Contains(m.Patches, f.Value.String()) {
+		return
+	}
+	fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s is not a known release of Kubernetes %s (known: %s, per %s): check that it exists before relying on its images\n",
+		f.Value.String(), m.Minor, strings.Join(m.Patches, ", "), kubeadm.PatchesSource())
+}

@@ -35,14 +35,40 @@ type renderPlan struct {
 	quiet []string
 	// noTxn says why no transaction can make the change: a manifest on
 	// disk is no pod a rollback could put back (engine.ErrUnrestorable),
-	// or a stray shadows a component (manifest.ErrShadowed). The plain
-	// render replaces the one and reports the other.
+	// which the plain render replaces.
 	noTxn error
 }
 
 // planRender computes renderPlan for st against store; it writes nothing.
-// The pre-flight checks are left to the transaction.
-func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*renderPlan, error) {
+// The pre-flight checks are left to the transaction. A stray that shadows
+// a component refuses a render that changes anything (manifest.ShadowError,
+// which names the stray and the command that moves it): kubelet runs the
+// stray, not what is written, and writing at once on a live node would
+// restart every changed component together.
+// A staging leftover shadows nothing here: the render sweeps it first.
+func (g *globals) planRender(store *manifest.Store, st *nodestate.NodeState) (*renderPlan, error) {
+	rp, err := g.planRenderOf(swept{store}, st)
+	if !errors.Is(err, manifest.ErrShadowed) {
+		return rp, err
+	}
+	if again, aerr := g.planRenderOf(unshadowed{store}, st); aerr == nil && again.plan == nil && len(again.removes) == 0 && again.noTxn == nil {
+		return again, nil // nothing would change: there is nothing to refuse
+	}
+	return nil, err
+}
+
+// swept is the manifest directory as a render sees it, after its sweep.
+type swept struct{ *manifest.Store }
+
+func (s swept) CheckShadows(roster []string) error { return s.Store.CheckShadowsAfterSweep(roster) }
+
+// unshadowed is a manifest directory whose strays shadow nothing: what a
+// render would change, were the stray gone.
+type unshadowed struct{ *manifest.Store }
+
+func (unshadowed) CheckShadows([]string) error { return nil }
+
+func (g *globals) planRenderOf(store engine.Manifests, st *nodestate.NodeState) (*renderPlan, error) {
 	rp := &renderPlan{}
 	for _, name := range manifest.Names {
 		if slices.Contains(manifest.NamesFor(st), name) {
@@ -56,7 +82,7 @@ func (g *globals) planRender(store engine.Manifests, st *nodestate.NodeState) (*
 	switch {
 	case errors.Is(err, engine.ErrNothingToDo):
 		return rp, nil
-	case errors.Is(err, engine.ErrUnrestorable), errors.Is(err, manifest.ErrShadowed):
+	case errors.Is(err, engine.ErrUnrestorable):
 		rp.noTxn = err
 		return rp, nil
 	case err != nil:
@@ -114,10 +140,19 @@ func (g *globals) renderLive(command string, j *journal.Journal, store *manifest
 		}
 		g.log.Info("written: kubelet sees the same pod, nothing restarts", "component", c.Component)
 	}
+	// The staging leftovers planRender saw past go before the transaction
+	// plans again, against the directory as it is.
+	sw, err := store.Sweep()
+	if err != nil {
+		return err
+	}
+	if len(sw.Swept) > 0 {
+		g.log.Info("swept staging leftovers before the transaction", "swept", sw.Swept)
+	}
 	if !g.json() {
 		fmt.Fprintf(g.stdout, "%s: the manifests of running components change (%s): one transaction, one component at a time with the waits (--all-at-once writes every manifest at once)\n", command, list(rp.live))
 	}
-	err := g.driveWith(j, command, func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
+	err = g.driveWith(j, command, func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
 		res, err := e.Apply(ctx, st, opts)
 		g.preflightRefused(err)
 		return res, err
@@ -162,6 +197,15 @@ func (g *globals) putBackQuiet(j *journal.Journal, store *manifest.Store, rp *re
 	}
 }
 
+// refusedRender is planRender's refusal err for command: a shadowing
+// stray is refused before anything is written, and says so.
+func refusedRender(command string, err error) error {
+	if errors.Is(err, manifest.ErrShadowed) {
+		return fmt.Errorf("%s: refused, nothing is written: %w", command, err)
+	}
+	return err
+}
+
 // sameToKubelet reports whether before, a manifest on disk, and after, its
 // render, are one pod to kubelet (kubeletpod.Same); false when either is
 // absent or does not decode.
@@ -187,7 +231,7 @@ func (g *globals) dryRun(command string, st *nodestate.NodeState) error {
 	}
 	rp, err := g.planRender(store, st)
 	if err != nil {
-		return err
+		return refusedRender(command+" --dry-run", err)
 	}
 	return g.printDryRun(command, store.Dir(), st, rp)
 }
@@ -197,7 +241,7 @@ func (g *globals) dryRun(command string, st *nodestate.NodeState) error {
 func (g *globals) printDryRun(command string, dir string, st *nodestate.NodeState, rp *renderPlan) error {
 	rep := &dryRunReport{Command: command}
 	if rp.noTxn != nil {
-		rep.note("%v; so what changes would be written at once, without a transaction", rp.noTxn)
+		rep.note("no transaction can make this render (%v): what changes would be written at once, without the waits", rp.noTxn)
 		return g.printDryRunReport(rep)
 	}
 	if rp.plan == nil && len(rp.removes) == 0 {

@@ -21,10 +21,11 @@ import (
 // usage (the file is the user's input).
 func loadRelease(path string) (*engine.Release, []byte, error) {
 	if path == "" {
-		return nil, nil, usagef("--to RELEASE is required: the Kubernetes version (v1.36.3) or the release file to upgrade to")
+		return nil, nil, cmdLineErrorf("--to RELEASE is required: the Kubernetes version (v1.36.3) or the release file to upgrade to")
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && looksLikeVersion.MatchString(path) {
-		return nil, nil, usagef("--to %s: not a Kubernetes version (v and a semantic version, like v1.36.3), and no release file of that name", path)
+		// A mistake in the command line: Main points at --help.
+		return nil, nil, cmdLineErrorf("--to %s: not a Kubernetes version (v and major.minor.patch, like v1.36.3), and no release file of that name; plan without --to lists the versions this node can go to", path)
 	}
 	rel, raw, err := engine.LoadRelease(path)
 	var ke *nodestate.KindError

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -77,7 +78,7 @@ refused with the reason. docs/adopting-kubeadm.md has the steps.`,
 				return g.adoptKubeadm(ad, force, opts)
 			}
 			if dryRun {
-				return g.initDryRun(stateFile)
+				return g.initDryRun(stateFile, force)
 			}
 			return g.runInit(stateFile, force, allAtOnce, opts)
 		}),
@@ -113,15 +114,20 @@ func checkRenders(st *nodestate.NodeState) error {
 	return nil
 }
 
-// initDryRun is init --dry-run: FILE validated and the render it would
-// make planned against the manifest directory; nothing is created.
-func (g *globals) initDryRun(stateFile string) error {
+// initDryRun is init --dry-run: FILE validated, what init would refuse
+// refused (a journal holding a node state, without --force; an open
+// transaction), and the render it would make planned against the manifest
+// directory; nothing is created.
+func (g *globals) initDryRun(stateFile string, force bool) error {
 	st, err := loadStateFile(stateFile)
 	if err != nil {
 		return err
 	}
 	if err := st.CheckKubernetesVersion(); err != nil {
 		return fmt.Errorf("node state %s: %w", stateFile, err)
+	}
+	if err := g.initWouldRefuse(stateFile, force); err != nil {
+		return err
 	}
 	if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
 		rep := &dryRunReport{Command: "init"}
@@ -135,6 +141,42 @@ func (g *globals) initDryRun(stateFile string) error {
 		fmt.Fprintf(g.stdout, "init --dry-run: node state %s (%s, %s) is valid\n", stateFile, st.NodeName, st.KubernetesVersion)
 	}
 	return g.dryRun("init", st)
+}
+
+// initWouldRefuse is init's refusals that its dry run can tell from the
+// journal opened read-only: an open transaction, and a node state already
+// there without force.
+func (g *globals) initWouldRefuse(stateFile string, force bool) error {
+	ok, err := g.journalExists()
+	if err != nil || !ok {
+		return err
+	}
+	j, err := g.open(true)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	if err := refuseOpenTxn(j, "init"); err != nil {
+		return err
+	}
+	cur, err := j.NodeState()
+	switch {
+	case err == nil && !force:
+		return g.stateHeld(j, cur, stateFile)
+	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
+		return err
+	}
+	return nil
+}
+
+// stateHeld is init's refusal of a journal j that holds cur already.
+func (g *globals) stateHeld(j *journal.Journal, cur *nodestate.NodeState, stateFile string) error {
+	replace := "init --force --state FILE"
+	if stateFile != "" {
+		replace = "init --force --state " + shellQuote(stateFile)
+	}
+	return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `%s` re-renders it, `%s` replaces it",
+		j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline(replace))
 }
 
 func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
@@ -152,7 +194,7 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.U
 // by init --from-kubeadm): the journal created, st imported, and the
 // manifest directory brought to its render, through a transaction where a
 // running component's manifest changes (with opts's pre-flight checks).
-func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) error {
+func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, allAtOnce bool, opts engine.UpgradeOptions) (err error) {
 	// Both directories are checked before either is created, and the
 	// manifest directory is created first: a bad one fails before the
 	// state directory and the journal exist.
@@ -162,6 +204,14 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	if err := checkCreatable("state directory", g.stateDir); err != nil {
 		return err
 	}
+	// A failed init leaves no directory it created empty behind (a
+	// mistyped --manifest-dir, refused).
+	made := missingDirs(g.manifestDir)
+	defer func() {
+		if err != nil {
+			removeEmpty(made)
+		}
+	}()
 	store, err := manifest.Create(g.manifestDir, g.storeOptions())
 	if err != nil {
 		return err
@@ -193,12 +243,7 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	cur, err := j.NodeState()
 	switch {
 	case err == nil && !force:
-		replace := "init --force --state FILE"
-		if stateFile != "" {
-			replace = "init --force --state " + shellQuote(stateFile)
-		}
-		return fmt.Errorf("init: journal %s already holds the node state of %s (%s); `%s` re-renders it, `%s` replaces it",
-			j.Path(), cur.NodeName, cur.KubernetesVersion, g.cmdline("render"), g.cmdline(replace))
+		return g.stateHeld(j, cur, stateFile)
 	case err != nil && !errors.Is(err, journal.ErrNoState) && !force:
 		return err
 	}
@@ -209,6 +254,10 @@ func (g *globals) importState(st *nodestate.NodeState, stateFile string, force, 
 	var planErr error
 	if !allAtOnce {
 		rp, planErr = g.planRender(store, st)
+	}
+	if errors.Is(planErr, manifest.ErrShadowed) {
+		// Nothing imported, as any other refusal before a transaction.
+		return refused(refusedRender("init", planErr))
 	}
 	if cur != nil && (planErr != nil || rp != nil && len(rp.live) > 0) {
 		// A node state is replaced on a live node: the transaction
@@ -306,7 +355,9 @@ transaction, one component at a time in roster order with the waits, exactly as
 nothing that changes runs (a fresh node, a component down), it writes at once.
 --all-at-once always writes at once (a node whose components are down and that
 a transaction could not verify); --dry-run prints what would change, with a
-diff of each manifest, and writes nothing.`,
+diff of each manifest, and writes nothing. A stray that kubelet runs in place
+of a component (etcd.yaml.bak) refuses a render that changes anything, and
+its dry run too: move the stray out of the directory first.`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			if dryRun && allAtOnce {
@@ -331,14 +382,20 @@ diff of each manifest, and writes nothing.`,
 			if dryRun {
 				return g.dryRun("render", st)
 			}
-			store, err := manifest.Create(g.manifestDir, g.storeOptions())
+			if _, err := os.Lstat(g.manifestDir); errors.Is(err, fs.ErrNotExist) {
+				// Not created here: kubelet's staticPodPath that vanished
+				// is the operator's to look at, not to paper over.
+				return fmt.Errorf("render: the manifest directory %s does not exist (kubelet's staticPodPath; the journal records it); nothing is written: create it with `mkdir -p -m 0700 %s`, then run `%s`",
+					g.manifestDir, shellQuote(g.manifestDir), g.cmdline("render"))
+			}
+			store, err := manifest.Open(g.manifestDir, g.storeOptions())
 			if err != nil {
 				return err
 			}
 			var rp *renderPlan
 			if !allAtOnce {
 				if rp, err = g.planRender(store, st); err != nil {
-					return err
+					return refusedRender("render", err)
 				}
 			}
 			return g.renderLive("render", j, store, st, rp, opts, false, fmt.Sprintf("rendered node state of %s (%s)", st.NodeName, st.KubernetesVersion))
@@ -410,4 +467,26 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// missingDirs is the directories MkdirAll(dir) would create, deepest
+// first.
+func missingDirs(dir string) []string {
+	var out []string
+	for p := filepath.Clean(dir); p != filepath.Dir(p); p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// removeEmpty removes dirs, deepest first, each only while it is empty.
+func removeEmpty(dirs []string) {
+	for _, d := range dirs {
+		if err := syscall.Rmdir(d); err != nil {
+			return
+		}
+	}
 }

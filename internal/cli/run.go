@@ -140,10 +140,10 @@ after kubelet (deploy/systemd, docs/operations.md).
 }
 
 func newRollbackCmd(g *globals) *cobra.Command {
-	var last bool
+	var last, dryRun bool
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "rollback [--last]",
+		Use:   "rollback [--last [--dry-run]]",
 		Short: "Roll back the open transaction, or with --last undo the last committed one",
 		Long: `rollback rolls back the open transaction, whatever its phase: restore its
 snapshot (and, for a single-member cluster, etcd's data when a newer etcd
@@ -161,11 +161,18 @@ A restart has nothing to undo (exit 0, nothing to do). What it cannot undo (a
 rollback --last, a removed snapshot) is refused before anything is journaled
 (exit 1), naming the command to run instead. Exit 0 committed, 3 it failed and
 was undone, 4 its rollback failed. etcd's data is not restored by --last: after
-a commit it holds writes the snapshot does not.
+a commit it holds writes the snapshot does not. rollback --last --dry-run
+prints what it would change, with a diff of each manifest, and writes nothing.
 
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
+			if dryRun && !last {
+				return cmdLineErrorf("rollback: --dry-run goes with --last: `rollback --last --dry-run` shows what undoing the last committed transaction would change")
+			}
+			if dryRun {
+				return g.rollbackLastDryRun()
+			}
 			if last {
 				return g.drive("rollback", func(ctx context.Context, e *engine.Engine, _ *journal.Journal) (engine.Result, error) {
 					return e.RollbackLast(ctx)
@@ -201,6 +208,7 @@ a commit it holds writes the snapshot does not.
 	}
 	cmd.Flags().BoolVar(&last, "last", false, "undo the last committed transaction (upgrade, apply, stop or start)")
 	cmd.Flags().StringVar(&reason, "reason", "rolled back by the operator (stratum-upgrade rollback)", "why, recorded in the journal")
+	dryRunFlag(cmd, &dryRun, "with --last: the changes that undo the last committed transaction")
 	g.criFlags(cmd, true, true)
 	return cmd
 }

@@ -37,8 +37,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("building stratum-upgrade, the stand-ins, etcd %s and etcd %s (etcd and the stand-ins are cached in %s)",
-		strings.TrimPrefix(d.sc.etcdFrom.ModuleVersion, "v"), strings.TrimPrefix(d.sc.etcdTo.ModuleVersion, "v"), cache)
+	d.say("%s", buildHeader(cache))
 	if err := d.build(ctx); err != nil {
 		return err
 	}
@@ -108,8 +107,23 @@ func componentOf(ref string) string {
 	return ""
 }
 
-// build builds stratum-upgrade into the temp root while it builds etcd 3.5
-// and then 3.6 into the cache. The etcd builds run one after the other:
+// buildHeader is the line that says what build builds: stratum-upgrade,
+// the stand-ins and every etcd of etcdbuild.Builds (it builds them all,
+// whichever two the scenario runs), cached in cache.
+func buildHeader(cache string) string {
+	vs := make([]string, len(etcdbuild.Builds))
+	for i, b := range etcdbuild.Builds {
+		vs[i] = strings.TrimPrefix(b.ModuleVersion, "v")
+	}
+	etcds := vs[len(vs)-1]
+	if len(vs) > 1 {
+		etcds = strings.Join(vs[:len(vs)-1], ", ") + " and " + etcds
+	}
+	return fmt.Sprintf("building stratum-upgrade, the stand-ins and etcd %s (etcd and the stand-ins are cached in %s)", etcds, cache)
+}
+
+// build builds stratum-upgrade into the temp root while it builds every
+// etcd of etcdbuild.Builds (3.5, 3.6, 3.7) into the cache. The etcd builds run one after the other:
 // two go builds at once on a cold cache each compile the packages they
 // share, which on 2 cores cost more than the overlap gains (measured: 104
 // CPU-s and 60 s one after the other, 139 CPU-s and 78 s at once); the

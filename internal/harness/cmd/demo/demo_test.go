@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdbuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 	"github.com/ciq/stratum-upgrade/internal/harness/runbin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
@@ -303,4 +304,18 @@ func TestDemoRealNotBuilt(t *testing.T) {
 		t.Errorf("demo -real without the binaries printed %q, want one line naming make real-binaries", s)
 	}
 	checkNothingLeft(t, tmp)
+}
+
+// TestBuildHeaderNamesEveryEtcd: the demo's first line names every etcd
+// it builds (etcd 3.7 was missing while it built it).
+func TestBuildHeaderNamesEveryEtcd(t *testing.T) {
+	got := buildHeader("/cache")
+	for _, b := range etcdbuild.Builds {
+		if !strings.Contains(got, strings.TrimPrefix(b.ModuleVersion, "v")) {
+			t.Errorf("the header does not name etcd %s: %s", b.ModuleVersion, got)
+		}
+	}
+	if want := "building stratum-upgrade, the stand-ins and etcd 3.5.35, 3.6.16 and 3.7.3 (etcd and the stand-ins are cached in /cache)"; got != want {
+		t.Errorf("header:\n got %q\nwant %q", got, want)
+	}
 }

@@ -1,7 +1,7 @@
 // Command demo is stratum-upgrade's built-in demo, what `make demo` runs.
 //
-// It builds stratum-upgrade, the test bed's stand-ins and real etcd 3.5 and
-// 3.6 (cached under $STRATUM_CACHE), brings up a control-plane node in a new
+// It builds stratum-upgrade, the test bed's stand-ins and real etcd 3.5,
+// 3.6 and 3.7 (cached under $STRATUM_CACHE), brings up a control-plane node in a new
 // temporary directory (internal/harness/testbed: the kubelet stand-in watching a
 // manifest directory, real etcd, component stand-ins, kube-vip with a VIP),
 // and drives the real stratum-upgrade binary through it as a shell
