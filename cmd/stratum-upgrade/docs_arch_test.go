@@ -107,13 +107,13 @@ func underAny(pkg string, dirs ...string) bool {
 	return false
 }
 
-// Every package of the module but the harness, e2e, bench and cmd is in
+// Every package of the module but the harness, e2e, bench, scripts and cmd is in
 // the package table of docs/architecture.md. A row for a package that no
 // longer exists is tolerated (it is stale, not wrong about what exists).
 func TestDocsArchitecturePackages(t *testing.T) {
 	documented, _ := archTables(t)
 	for pkg := range moduleImports(t) {
-		if underAny(pkg, "internal/harness", "e2e", "bench", "cmd") {
+		if underAny(pkg, "internal/harness", "e2e", "bench", "scripts", "cmd") {
 			continue
 		}
 		if !documented[pkg] {
@@ -123,14 +123,14 @@ func TestDocsArchitecturePackages(t *testing.T) {
 }
 
 // The imports table of docs/architecture.md is the module's import graph:
-// every package but the harness, e2e and bench has a row, and its row lists
+// every package but the harness, e2e, bench and scripts has a row, and its row lists
 // exactly the module packages it imports. A row, or an arrow, naming a
 // package that no longer exists is tolerated.
 func TestDocsArchitectureImports(t *testing.T) {
 	_, imports := archTables(t)
 	graph := moduleImports(t)
 	for pkg, real := range graph {
-		if underAny(pkg, "internal/harness", "e2e", "bench") {
+		if underAny(pkg, "internal/harness", "e2e", "bench", "scripts") {
 			continue
 		}
 		doc, ok := imports[pkg]
