@@ -151,7 +151,7 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 	}
 	if !keepsQuorum(n, 1) {
 		return h, &GateError{Check: CheckQuorumSize, Member: self, Reason: fmt.Sprintf(
-			"the cluster has %d members and needs %d for quorum, so it loses quorum while this member is down; grow it to 3 or 5 members first", n, n/2+1)}
+			"the cluster has %d members and needs %d for quorum, so it loses quorum while this member is down; grow it to 3 or 5 first", n, n/2+1)}
 	}
 	down := 0
 	for _, m := range h.Members {
