@@ -55,7 +55,7 @@ func (e *Engine) journalEtcdData(r *run, data, why string) error {
 	case journal.EtcdRestore:
 		msg = "etcd's data is restored from its backup: " + why
 	case journal.EtcdDowngrade:
-		msg = "etcd's data is downgraded with etcd's downgrade protocol: " + why
+		msg = "etcd's data is downgraded: " + why
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-data", nodestate.Etcd, "", msg)
 	rec := journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: data, Why: why}

@@ -145,7 +145,7 @@ func (e *Engine) downgradeOrRefuse(ctx context.Context, r *run, why string) (str
 	// Waited for, not probed once: a new etcd restarting now (its step
 	// failing is a common cause of the rollback) may answer in a moment.
 	if t, err := manifest.Target(r.to, nodestate.Etcd); err == nil && e.procs.WaitActive(ctx, t, e.dl.Active) == nil {
-		return journal.EtcdDowngrade, fmt.Sprintf("%s: etcd's downgrade protocol sets the cluster back to %s through this member's etcd %s, every write kept; then the old etcd goes back here, and each other member goes back with `stratum-upgrade rollback --last` on its node", why, from, to), nil
+		return journal.EtcdDowngrade, fmt.Sprintf("%s: etcd's downgrade protocol sets the cluster back to %s through this member's etcd %s, every write kept; the other members follow with rollback --last", why, from, to), nil
 	}
 	return "", "", fmt.Errorf("%w: %s, and this member's etcd %s does not answer, so etcd's downgrade protocol cannot run; nothing restored: make it answer and run the release again (see %s)", ErrEtcdPointOfNoReturn, why, to, docGoingBack)
 }
