@@ -12,6 +12,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// docQuorumGate is the docs section on the gate, for the long story a
+// refusal's one line leaves out.
+const docQuorumGate = "docs/ha.md#the-quorum-gate-around-a-nodes-etcd-step"
+
 // ErrGate is matched (errors.Is) by every *GateError: the gate refused.
 var ErrGate = errors.New("cluster: etcd gate refused")
 
@@ -147,7 +151,7 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 	}
 	if !keepsQuorum(n, 1) {
 		return h, &GateError{Check: CheckQuorumSize, Member: self, Reason: fmt.Sprintf(
-			"the cluster has %d members and needs %d for quorum, so it loses quorum while this member is down; add a member (3 or 5) before upgrading", n, n/2+1)}
+			"the cluster has %d members and needs %d for quorum, so it loses quorum while this member is down; grow it to 3 or 5 first", n, n/2+1)}
 	}
 	down := 0
 	for _, m := range h.Members {
@@ -162,7 +166,7 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 		}
 		switch {
 		case !m.Started:
-			return h, &GateError{Check: CheckStarted, Member: memberName(m), Reason: "has not started (it is in the member list but never joined); start it or remove it, then retry; " + left}
+			return h, &GateError{Check: CheckStarted, Member: memberName(m), Reason: "is in the member list but never started; start it or remove it, then retry; " + left}
 		case !m.Healthy && len(m.Alarms) == 0:
 			return h, &GateError{Check: CheckHealthy, Member: m.Name, Reason: fmt.Sprintf("is not healthy (%s); bring it back, then retry; %s", m.Err, left)}
 		}
@@ -170,11 +174,11 @@ func CheckQuorum(ctx context.Context, cli *clientv3.Client, self string) (*Healt
 	for _, m := range h.Members {
 		if len(m.Alarms) > 0 {
 			return h, &GateError{Check: CheckAlarm, Member: m.Name, Reason: fmt.Sprintf(
-				"has etcd alarm %s raised, so the cluster is not healthy to stop a member of (NOSPACE: etcd takes no writes; CORRUPT: a member's data differs); clear its cause, run etcdctl alarm disarm, then retry", strings.Join(m.Alarms, ", "))}
+				"has etcd alarm %s raised; clear its cause, run etcdctl alarm disarm, then retry (see %s)", strings.Join(m.Alarms, ", "), docQuorumGate)}
 		}
 	}
 	if h.Leader == 0 {
-		return h, &GateError{Check: CheckLeader, Reason: "the members do not agree on one leader (an election is under way?); retry when the cluster is stable"}
+		return h, &GateError{Check: CheckLeader, Reason: "the members do not agree on one leader (an election?); retry when the cluster is stable"}
 	}
 	return h, nil
 }
@@ -247,9 +251,9 @@ func moveLeader(ctx context.Context, cli *clientv3.Client, urls []string, to uin
 
 // WaitCaughtUp waits, at most timeout, until the member named self is in
 // the member list, started, answers its status with a known leader (an
-// alarm raised does not keep it from catching up), and its raft index is at most maxLag behind the leader's. It
-// changes nothing. On the deadline (or ctx's end) the *GateError says what
-// it waited for and what it last saw.
+// alarm does not keep it from catching up), and is at most maxLag raft
+// entries behind the leader. It changes nothing. On the deadline (or ctx's
+// end) the *GateError says what it waited for and what it last saw.
 func WaitCaughtUp(ctx context.Context, cli *clientv3.Client, self string, maxLag uint64, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -265,7 +269,7 @@ func WaitCaughtUp(ctx context.Context, cli *clientv3.Client, self string, maxLag
 		select {
 		case <-ctx.Done():
 			return &GateError{Check: CheckCaughtUp, Member: self, Reason: fmt.Sprintf(
-				"waited %s for it to be in the member list, started, answering its status and within %d raft entries of the leader; last saw: %s",
+				"waited %s for it to rejoin and be within %d raft entries of the leader; last saw: %s",
 				timeout, maxLag, last)}
 		case <-time.After(pollInterval):
 		}

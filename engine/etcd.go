@@ -17,20 +17,12 @@ import (
 	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
-// decideEtcd decides, when the transaction wrote etcd's manifest, what
-// becomes of etcd's data, and journals it (StepEtcdData) before the
-// rollback stops etcd: a resume follows the journaled decision (the last
-// one: a refused downgrade journals restore after it) whatever runs by
-// then (kubelet may have stopped the old etcd since, or the rollback's own
-// stop). It returns the decision, "" when etcd was not written. For a
-// single member: kept when the transaction kept etcd within its minor (the
-// format did not change), or when no newer etcd wrote to it (the old etcd
-// served it all along, or the new one never answered); downgraded when a
-// newer minor wrote to it and answers; restored when it wrote (or may
-// have) and does not answer. In a multi-member cluster the other members
-// hold the data: it is kept, or downgraded with the cluster when its
-// cluster version moved, as memberEtcdDecision decides; it pauses or
-// refuses the rollback rather than guess.
+// decideEtcd decides what becomes of etcd's data when the transaction
+// wrote etcd's manifest ("" when it did not), and journals it
+// (StepEtcdData) before the rollback stops etcd: a resume follows the last
+// journaled decision, whatever runs by then. A single member's data is
+// decided by singleMemberData; a member of several keeps its data (the
+// others hold it) or downgrades with the cluster, by memberEtcdDecision.
 func (e *Engine) decideEtcd(ctx context.Context, r *run, written []string, snap *snapshot.Loaded) (string, error) {
 	if !slices.Contains(written, nodestate.Etcd) {
 		return "", nil
@@ -63,23 +55,21 @@ func (e *Engine) journalEtcdData(r *run, data, why string) error {
 	case journal.EtcdRestore:
 		msg = "etcd's data is restored from its backup: " + why
 	case journal.EtcdDowngrade:
-		msg = "etcd's data is downgraded with etcd's downgrade protocol: " + why
+		msg = "etcd's data is downgraded: " + why
 	}
 	e.event(r.txn.ID, r.txn.Phase, "etcd-data", nodestate.Etcd, "", msg)
 	rec := journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdData, Component: nodestate.Etcd, EtcdData: data, Why: why}
 	return e.append(r, journal.PhaseRollingBack, rec)
 }
 
-// singleMemberData is whether a single member's data is restored, and why.
-// If the manifest on disk is still the snapshot's, the new etcd never ran
-// (a mark is journaled before the write) and its data is the backup's plus
-// what the old etcd wrote since: keep it. The same when the transaction
-// kept etcd within its minor (a patch release writes the same format), and
-// when the manifest was rewritten but no newer etcd wrote on it (kubelet
-// never started one, or it never answered): the old one served every
-// write since the backup. Else a newer etcd wrote to it, or may have:
-// downgradeOrRestore decides. Whether a backup exists decides nothing but
-// whether restore is a way back: a rollback --last takes none.
+// singleMemberData decides a single member's data, and says why:
+//
+//	manifest still the snapshot's         keep: the new etcd never ran
+//	etcd kept within its minor, or down   keep: the format did not change
+//	no newer etcd wrote (stale, silent)   keep: the old one served it all
+//	else                                  downgradeOrRestore
+//
+// A backup decides nothing but whether restore is a way back.
 func (e *Engine) singleMemberData(ctx context.Context, r *run, snap *snapshot.Loaded) (string, string, error) {
 	if b, err := e.store.Read(nodestate.Etcd); err == nil && sameModuloStamp(snap, nodestate.Etcd, b) {
 		return journal.EtcdKeep, "etcd's manifest was never rewritten", nil
@@ -164,14 +154,11 @@ const (
 )
 
 // newerEtcdRan reports whether an etcd started from the upgrade's manifest
-// may have written to etcd's data, and why: it did when it answered
-// (journaled), it did not when the run that wrote its manifest watched it
-// to the end of its wait without an answer (journaled) and it does not
-// answer now; without either record, a crash came in between, and the
-// processes decide. A single member's data restore
-// takes etcdRanNoneRuns as yes; a member of several takes it as no only
-// when etcd reports the cluster version (memberEtcdDecision), since the
-// cluster version would show such a run.
+// may have written to etcd's data, and why. The journal decides when it
+// can (answered: yes; watched silent to the end of its wait and silent
+// now: no); else the processes do. etcdRanNoneRuns counts as yes for a
+// single member's restore, and as no for a member of several only when
+// etcd reports the cluster version did not move (memberEtcdDecision).
 func (e *Engine) newerEtcdRan(ctx context.Context, r *run) (etcdRan, string) {
 	to := r.to.Images[nodestate.Etcd]
 	if _, ok := r.findIn(journal.StepEtcdAnswered, nodestate.Etcd, journal.PhaseApplying, journal.PhaseVerifying); ok {

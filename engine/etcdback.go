@@ -35,34 +35,22 @@ func (e *Engine) readVersions(ctx context.Context, st *nodestate.NodeState) (*cl
 	return cluster.ReadVersions(ctx, e.hold.Client(), tlsCfg, st.Etcd.MemberName)
 }
 
-// memberEtcdDecision decides whether the old etcd may be written back on
-// this member of a multi-member cluster, and says why (its data is kept:
-// the other members hold it). When the transaction moved etcd's minor,
-// an old etcd cannot start once the cluster version moved to the new
-// one, which happens within seconds of every member running it. So:
+// memberEtcdDecision decides how the old etcd goes back on a member of a
+// multi-member cluster (its data is kept: the other members hold it), and
+// says why. Once the cluster version moved to a newer minor, which happens
+// within seconds of every member running it, an old etcd cannot start.
+// In order:
 //
-//   - this member's new etcd never ran (no replaced record, every etcd
-//     process running started before its mark): the cluster version cannot
-//     have moved through it, and the old etcd goes back, unless etcd
-//     reports the cluster version moved after all;
-//   - this member's new etcd never answered (journaled silent, and none
-//     answers now): it goes back when etcd reports a cluster version that
-//     did not move; unread, the rollback pauses;
-//   - no etcd process runs and no replacement was journaled: a new etcd
-//     may have run unseen (killed after the write, then a reboot), so the
-//     old etcd goes back only when etcd reports a cluster version that did
-//     not move; unread, the rollback pauses;
-//   - else the cluster version etcd reports decides: moved, the old
-//     etcd goes back only through etcd's downgrade protocol
-//     (downgradeOrRefuse); unread, the rollback pauses (errResumable:
-//     exit 6, resume asks again);
-//   - not moved, while every other member runs the new minor, it moves
-//     as soon as this member answers: the same; a member whose version
-//     cannot be read pauses the rollback (it is never taken for one on
-//     the old minor); a member known to run an older minor holds the
-//     cluster version back, and the old etcd goes back.
+//	no newer minor                       keep
+//	cluster version moved                downgradeOrRefuse
+//	new etcd never ran (stale)           keep
+//	none runs unseen, or never answered  keep if the version did not move
+//	ran; every other member on the new   downgradeOrRefuse
+//	ran; a member on an older minor      keep: it holds the version back
 //
-// It returns the decision (keep, or downgrade) and why.
+// Past the stale row, anything unread (the cluster version, a member's,
+// this member in the list) pauses the rollback (errResumable): unknown is
+// never "old".
 func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, string, error) {
 	from, to, moves := etcdMinors(r)
 	if !moves || cluster.MinorAtLeast(from+".0", to) {
@@ -94,7 +82,7 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, string
 		ranSays = "never answered"
 	}
 	pause := func(what string) error {
-		return fmt.Errorf("%w: waiting for %s: this member's etcd %s %s (%s), so how the old etcd goes back (swapped back while the cluster version stays %s, or after etcd's downgrade protocol once it moved) is decided only once it is known; nothing was stopped or restored: run resume when etcd answers", errResumable, what, to, ranSays, ranWhy, from)
+		return fmt.Errorf("%w: waiting for %s: this member's etcd %s %s (%s); nothing stopped or restored: run `stratum-upgrade resume` once it answers (see %s)", errResumable, what, to, ranSays, ranWhy, docGoingBack)
 	}
 	unread := func() error {
 		switch {
@@ -148,22 +136,18 @@ func (e *Engine) memberEtcdDecision(ctx context.Context, r *run) (string, string
 }
 
 // downgradeOrRefuse decides for a member whose cluster version moved to
-// the transaction's etcd minor, or moves as soon as this member answers
-// (why says which): an etcd of the old minor cannot start on its data
-// until etcd's downgrade protocol has set the cluster version back and
-// this member's storage version with it. The protocol runs through this
-// member's new etcd: when it answers, the decision is downgrade (the
-// other members go back in their own nodes' rollback --last); when it
-// does not, nothing can move the data back, and the rollback is refused
-// (ErrEtcdPointOfNoReturn: rollback-failed, etcd left as it is).
+// the new minor, or moves once this member answers (why says which): the
+// downgrade protocol, run through this member's new etcd, is the only way
+// back. When that etcd does not answer, the rollback is refused
+// (ErrEtcdPointOfNoReturn), etcd left as it is.
 func (e *Engine) downgradeOrRefuse(ctx context.Context, r *run, why string) (string, string, error) {
 	from, to, _ := etcdMinors(r)
 	// Waited for, not probed once: a new etcd restarting now (its step
 	// failing is a common cause of the rollback) may answer in a moment.
 	if t, err := manifest.Target(r.to, nodestate.Etcd); err == nil && e.procs.WaitActive(ctx, t, e.dl.Active) == nil {
-		return journal.EtcdDowngrade, fmt.Sprintf("%s: etcd's downgrade protocol sets the cluster back to %s through this member's etcd %s, every write kept; then the old etcd goes back here, and each other member goes back with `stratum-upgrade rollback --last` on its node", why, from, to), nil
+		return journal.EtcdDowngrade, fmt.Sprintf("%s: etcd's downgrade protocol sets the cluster back to %s through this member's etcd %s, every write kept; the other members follow with rollback --last", why, from, to), nil
 	}
-	return "", "", fmt.Errorf("%w: %s, and this member's etcd %s does not answer, so etcd's downgrade protocol cannot run through it and etcd %s cannot start on its data; nothing was restored: make this member's etcd %s run and answer, then fix the failing component and run the release again, or downgrade the cluster with etcdctl downgrade (docs/ha.md)", ErrEtcdPointOfNoReturn, why, to, from, to)
+	return "", "", fmt.Errorf("%w: %s, and this member's etcd %s does not answer, so etcd's downgrade protocol cannot run; nothing restored: make it answer and run the release again (see %s)", ErrEtcdPointOfNoReturn, why, to, docGoingBack)
 }
 
 // memberLabel names a member; one that never started has no name yet.

@@ -20,16 +20,11 @@ import (
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
-// downgradeOrRestore is the decision for a single member's data that a
-// newer etcd minor wrote to (or may have), given why it did: downgrade
-// when the new etcd answers now (the protocol runs through it), restore
-// when it does not. etcd's offline schema migration (etcdutl migrate) is
-// no way back here: once the cluster version moved, which a single member
-// does within seconds, the WAL replays it and the old etcd refuses to
-// start ("invalid downgrade; server version is lower than determined
-// cluster version"); only the online protocol sets it back.
-// Without a backup (a rollback --last takes none) the protocol is the only
-// way back: when etcd does not answer, the rollback pauses (errResumable).
+// downgradeOrRestore decides for a single member's data that a newer etcd
+// minor wrote to (or may have): downgrade when the new etcd answers (the
+// protocol runs through it), else restore the backup, else (no backup: a
+// rollback --last takes none) pause. etcdutl's offline migrate is no way
+// back: once the cluster version moved, the old etcd refuses the data.
 func (e *Engine) downgradeOrRestore(ctx context.Context, r *run, wrote string) (string, string, error) {
 	from, to, _ := etcdMinors(r)
 	t, err := manifest.Target(r.to, nodestate.Etcd)
@@ -50,21 +45,19 @@ func (e *Engine) downgradeOrRestore(ctx context.Context, r *run, wrote string) (
 // downgrade protocol can move back (there is no backup), when it cannot
 // run now: etcd is left as it is, nothing is restored.
 func noBackupPause(why, to string) error {
-	return fmt.Errorf("%w: %s, and there is no backup of etcd's data (a rollback --last takes none): etcd %s was left as it is, nothing restored; run `stratum-upgrade resume` once etcd %s answers", errResumable, why, to, to)
+	return fmt.Errorf("%w: %s; with no backup to restore, etcd %s is left as it is: run `stratum-upgrade resume` once it answers", errResumable, why, to)
 }
 
-// downgradeEtcd runs etcd's downgrade protocol on the running new etcd
-// (validate, enable, wait until its storage version is the old minor), and
-// journals that it did (StepEtcdDowngraded), before the rollback stops
-// etcd. It returns the decision the rollback goes on with: downgrade, or,
-// for a single member with a backup, when etcd itself refused, restore
-// (journaled as a new etcd-data record, with how many revisions the backup
-// loses). No answer (a timeout, an election, the storage wait running
-// out) is never a refusal: the rollback pauses (errResumable). A member of
-// several has no backup to fall back on: a refusal ends the rollback
-// rollback-failed (ErrEtcdPointOfNoReturn). A single member without a
-// backup pauses on a refusal too. It is resumable: a downgrade enabled by an
-// earlier run, or by another node's, is waited for.
+// downgradeEtcd runs etcd's downgrade protocol through the running new
+// etcd (validate, enable, wait for the old storage version) and journals
+// it (StepEtcdDowngraded) before the rollback stops etcd. No answer is
+// never a refusal: it pauses (errResumable). On a refusal:
+//
+//	single member with a backup   restore (journaled, with what it loses)
+//	single member, no backup      pause
+//	member of several             rollback-failed (ErrEtcdPointOfNoReturn)
+//
+// A downgrade already enabled (an earlier run, another node) is waited for.
 func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	if _, done := r.find(journal.PhaseRollingBack, journal.StepEtcdDowngraded, nodestate.Etcd); done {
 		return journal.EtcdDowngrade, nil
@@ -81,7 +74,7 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 			// A member of several has no backup to fall back on; its
 			// etcd may wait for the others (a whole cluster rebooting):
 			// the rollback pauses, the new etcd left as it is.
-			return "", fmt.Errorf("%w: etcd %s does not answer, so etcd's downgrade protocol cannot run yet: %v; run `stratum-upgrade resume` once it answers", errResumable, to, err)
+			return "", fmt.Errorf("%w: etcd %s does not answer, so its downgrade cannot run yet: %v; run `stratum-upgrade resume` once it answers", errResumable, to, err)
 		}
 		why := fmt.Sprintf("etcd %s no longer answers (%v), so etcd's downgrade protocol cannot run", to, err)
 		if len(r.txn.EtcdBackup) == 0 {
@@ -107,11 +100,11 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	case ctx.Err() != nil || !downgradeRefused(err):
 		// No answer (a timeout, an election) is never a refusal: the
 		// rollback pauses and resume asks again; nothing is restored.
-		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member, nothing was restored: run `stratum-upgrade resume` to ask etcd again", errResumable, err, to)
+		return "", fmt.Errorf("%w: %v; etcd %s left running, nothing restored: run `stratum-upgrade resume` to ask etcd again", errResumable, err, to)
 	case !e.top.single():
 		// The other members hold the data: there is no backup to
 		// restore, and etcd will not move it back.
-		return "", fmt.Errorf("%w: %v; etcd %s was left running on this member, nothing was restored: see docs/ha.md (Going back after the cluster version moved)", ErrEtcdPointOfNoReturn, err, to)
+		return "", fmt.Errorf("%w: %v; etcd %s left running, nothing restored (see %s)", ErrEtcdPointOfNoReturn, err, to, docGoingBack)
 	case len(r.txn.EtcdBackup) == 0:
 		return "", noBackupPause(fmt.Sprintf("etcd refused its downgrade (%v)", err), to)
 	default:
@@ -123,17 +116,15 @@ func (e *Engine) downgradeEtcd(ctx context.Context, r *run) (string, error) {
 	e.event(r.txn.ID, r.txn.Phase, "etcd-downgraded", nodestate.Etcd, "", "etcd's data downgraded: "+why)
 	if !e.top.single() {
 		e.event(r.txn.ID, r.txn.Phase, "etcd-downgrade-members", nodestate.Etcd, "", fmt.Sprintf(
-			"etcd downgrades to %s: this member's etcd goes back now; every other member still on %s goes back with `stratum-upgrade rollback --last` on its node, which the halted rollout lets through until etcd ends the downgrade (status --cluster shows it)", from, to))
+			"etcd downgrades to %s: each other member on %s then needs `stratum-upgrade rollback --last` (see %s)", from, to, docGoingBack))
 	}
 	return journal.EtcdDowngrade, e.append(r, journal.PhaseRollingBack, journal.Record{Phase: journal.PhaseRollingBack, Step: journal.StepEtcdDowngraded, Component: nodestate.Etcd, Why: why})
 }
 
 // waitClusterVersion waits (Deadlines.Active at most) until etcd reports
 // the cluster version at minor to, or a downgrade enabled: etcd validates
-// a downgrade only one minor below the cluster version, and the version
-// moves a few seconds after every member runs the new minor
-// (memberEtcdDecision decided so).
-// Giving up pauses the rollback (errResumable), the new etcd left running.
+// a downgrade only one minor below the cluster version. Giving up pauses
+// the rollback (errResumable), the new etcd left running.
 func (e *Engine) waitClusterVersion(ctx context.Context, r *run, to string) error {
 	deadline := time.Now().Add(e.dl.Active)
 	last := "unread"
@@ -153,7 +144,7 @@ func (e *Engine) waitClusterVersion(ctx context.Context, r *run, to string) erro
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: waiting %s for etcd's cluster version to move to %s before etcd's downgrade protocol can set it back (it is %s): run `stratum-upgrade resume` once every member answers", errResumable, e.dl.Active, to, last)
+			return fmt.Errorf("%w: etcd's cluster version did not reach %s within %s (it is %s): run `stratum-upgrade resume` once every member answers (see %s)", errResumable, to, e.dl.Active, last, docGoingBack)
 		}
 		select {
 		case <-ctx.Done():
@@ -186,19 +177,13 @@ func loses(r *run, rev int64) string {
 	return fmt.Sprintf("the backup (revision %d) is restored, losing %d revisions (etcd was at %d)", b.Revision, max(rev-b.Revision, 0), rev)
 }
 
-// downgradeBeforeStep runs before a forwards etcd step that moves etcd
-// down a minor (rollback --last of an upgrade that moved it up) stops the
-// member: an etcd of the older minor starts only on data whose storage
-// version is its own, so etcd's downgrade protocol runs first, through
-// the member still running (validate and enable, unless a downgrade to
-// that minor is enabled already, as a rollback on another node leaves
-// it; then wait until this member's storage version is the target). It
-// is journaled (StepEtcdDowngraded, in the applying phase) before the
-// step's mark, so a resumed step does not ask a stopped etcd again. A
-// failure fails the step with etcd's manifest never written, and the
-// transaction rolls back leaving the member alone; a downgrade this step
-// enabled is cancelled first (etcdctl downgrade cancel), one enabled
-// before is left as it was.
+// downgradeBeforeStep runs etcd's downgrade protocol before a forwards
+// etcd step that moves etcd down a minor (rollback --last) stops the
+// member: an older etcd starts only on data of its own storage version.
+// It is journaled (StepEtcdDowngraded) before the step's mark, so a resumed
+// step does not ask a stopped etcd again. A failure fails the step with
+// etcd's manifest unwritten; a downgrade this step enabled is cancelled,
+// one enabled before is left as it was.
 func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phase, comp string) error {
 	to := etcdDownTo(r.from, r.to)
 	if comp != nodestate.Etcd || p == journal.PhaseRollingBack || to == "" {
@@ -208,7 +193,7 @@ func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phas
 	if r.downgradedBeforeStep(p) {
 		return nil
 	}
-	e.event(r.txn.ID, p, "etcd-downgrade", comp, "etcd's storage version to be "+to, "downgrading etcd's data from "+from+" to "+to+" with etcd's downgrade protocol before the step puts etcd "+to+" back")
+	e.event(r.txn.ID, p, "etcd-downgrade", comp, "etcd's storage version to be "+to, "downgrading etcd's data from "+from+" to "+to+" before the step puts etcd "+to+" back")
 	got, err := e.etcd.Downgrade(ctx, r.from, to, e.dl.EtcdBackup, e.enablingHook(ctx, r, p, to))
 	if err != nil {
 		if downgradeRefused(err) && !got.Enabled {
@@ -221,7 +206,7 @@ func (e *Engine) downgradeBeforeStep(ctx context.Context, r *run, p journal.Phas
 		}
 		left := fmt.Sprintf("etcd %s still runs here, its manifest not rewritten", from)
 		if r.enabledDowngrade() == "" {
-			left += "; a downgrade enabled before this step stays as it was (status --cluster shows it; etcdctl downgrade cancel ends it)"
+			left += "; a downgrade enabled before this step stays as it was (etcdctl downgrade cancel ends it)"
 		} else {
 			msg, _ := e.cancelEnabledDowngrade(ctx, r, p, r.from)
 			left += "; " + msg

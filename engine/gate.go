@@ -33,21 +33,20 @@ const leaderMoveTimeout = 30 * time.Second
 // stop, so no stop rests on a check a member's loss has outdated.
 const quorumFresh = time.Second
 
-// gateBefore runs before an etcd step going forwards stops the member:
-// a fresh step's before its mark is journaled (a refusal fails the step,
-// and the transaction rolls back with etcd never written, so the rollback
-// leaves the member alone), a resumed one's before it stops the member
-// (resumeGate). Every such stop passes it: an upgrade's, a restart's and a
-// stop's, first run and resume alike. A member with no etcd process
-// running has nothing to stop (a start, or a resumed step whose stop had
-// begun): it is not gated. A rollback's stop of etcd passes rollbackGate.
-// A step that moves etcd down a minor downgrades its data first
-// (downgradeBeforeStep), single member or not; on a member of several,
-// once the quorum gate has passed, so that a gate that refuses leaves no
-// downgrade enabled. A gate that waited checks the quorum again last
-// (checkAgain), and a refusal there fails the step as the first one does;
-// any failure after the enable cancels the downgrade this transaction
-// enabled (cancelDowngradeOnFail).
+// gateBefore runs before an etcd step stops the member, and refuses the
+// stop when it would cost the cluster its quorum. A fresh step calls it
+// before its mark is journaled, so a refusal fails the step with etcd never
+// written; a resumed one calls it through resumeGate. The cases:
+//
+//	rolling back                 rollbackGate (single member: nothing)
+//	single member (no hold)      downgradeBeforeStep only
+//	no etcd process runs         downgradeBeforeStep only: nothing to stop
+//	otherwise                    quorum, downgradeBeforeStep, leader moved
+//	                             off, quorum again when it waited (checkAgain)
+//
+// The downgrade comes after the first quorum check, so a refusal leaves no
+// downgrade enabled; any failure after an enable cancels it
+// (cancelDowngradeOnFail). See docs/ha.md#what-guards-each-etcd-stop.
 func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp string) (err error) {
 	defer func() { err = e.cancelDowngradeOnFail(ctx, r, p, err) }()
 	if comp != nodestate.Etcd {
@@ -63,7 +62,7 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 		return e.downgradeBeforeStep(ctx, r, p, comp)
 	}
 	if !e.etcdRuns(r) {
-		e.log.Info("no etcd process runs: its step stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
+		e.log.Info("no etcd process runs: nothing to stop, no quorum gate", "txn", r.txn.ID)
 		return e.downgradeBeforeStep(ctx, r, p, comp)
 	}
 	self := r.from.Etcd.MemberName
@@ -79,7 +78,7 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 	if from, to, moves := etcdMinors(r); moves && !cluster.MinorAtLeast(from+".0", to) {
 		if last, _ := h.OthersOnMinor(to); last {
 			e.event(r.txn.ID, p, "etcd-point-of-no-return", comp, "", fmt.Sprintf(
-				"point of no return: every other etcd member runs %s; once %s does, the cluster version moves to %s and an etcd %s cannot start on this member's data, so a rollback after this step first downgrades the cluster with etcd's downgrade protocol through this member, and the other members go back with rollback --last (docs/ha.md)", to, self, to, from))
+				"point of no return: %s is the last etcd member to run %s; going back to %s after this takes etcd's downgrade (see %s)", self, to, from, docGoingBack))
 		}
 	}
 	if h.Leader == h.Self {
@@ -89,7 +88,7 @@ func (e *Engine) gateBefore(ctx context.Context, r *run, p journal.Phase, comp s
 		return fmt.Errorf("%s: %w", comp, err)
 	}
 	if checkAgain(checked, etcdDownTo(r.from, r.to) != "" || h.Leader == h.Self) {
-		e.event(r.txn.ID, p, "etcd-gate-again", comp, "etcd's members", "checking the quorum again right before "+self+" is stopped: the gate waited since its first check")
+		e.event(r.txn.ID, p, "etcd-gate-again", comp, "etcd's members", "checking the quorum again right before stopping "+self)
 		if _, err := cluster.CheckQuorum(ctx, e.hold.Client(), self); err != nil {
 			return fmt.Errorf("%s: %w", comp, err)
 		}
@@ -121,29 +120,23 @@ func (e *Engine) resumeGate(ctx context.Context, r *run, p journal.Phase, comp s
 	return nil
 }
 
-// rollbackGate runs before a rollback stops this member's etcd to write
-// the old one back (a single member's data restore holds no lock, so no
-// gate): a member that votes is a vote of the quorum, so its stop passes
-// the gate (an alarm raised anywhere refuses it) and its leadership is
-// moved off, as every other etcd stop, the quorum checked again after a
-// wait. A refusal pauses the rollback (errResumable: exit 6) with the new
-// etcd left running, as resumeGate does: resume tries again once the
-// cluster is healthy. A member with no etcd process running, or one whose
-// own status request fails or that knows no leader (crash-looping, not
-// started, no quorum behind it), holds no vote that its stop could take
-// away: the rollback goes on without the gate, since putting it back is
-// the way out.
+// rollbackGate is gateBefore for a rollback's stop of etcd (to write the
+// old one back): a member that votes passes the quorum gate like any other
+// stop. A refusal pauses the rollback (errResumable, exit 6) with the new
+// etcd left running. A member that casts no vote (no etcd process runs, or
+// its own status fails or names no leader) skips the gate: putting the old
+// etcd back is the way out. A single member's restore is not gated.
 func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 	if !e.etcdRuns(r) {
-		e.log.Info("no etcd process runs: the rollback's stop of etcd stops nothing, and the quorum gate is not needed", "txn", r.txn.ID)
+		e.log.Info("no etcd process runs: the rollback stops nothing, no quorum gate", "txn", r.txn.ID)
 		return nil
 	}
 	self := r.from.Etcd.MemberName
 	p, comp := journal.PhaseRollingBack, nodestate.Etcd
 	pause := func(err error) error {
-		return fmt.Errorf("%w: waiting for the etcd quorum gate before the rollback stops %s: %w; etcd was not stopped (it runs as the transaction left it): make every etcd member healthy, then run `stratum-upgrade resume`", errResumable, self, err)
+		return fmt.Errorf("%w: the rollback waits for the etcd quorum gate to stop %s: %w; etcd left running: make every member healthy, then run `stratum-upgrade resume`", errResumable, self, err)
 	}
-	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self+" before the rollback stops it")
+	e.event(r.txn.ID, p, "etcd-gate", comp, "etcd's members", "checking that every etcd member is healthy and the cluster keeps quorum without "+self)
 	checked := time.Now()
 	h, skip, err := e.rollbackQuorum(ctx, r, self)
 	if skip {
@@ -158,7 +151,7 @@ func (e *Engine) rollbackGate(ctx context.Context, r *run) error {
 		return pause(err)
 	}
 	if checkAgain(checked, h.Leader == h.Self) {
-		e.event(r.txn.ID, p, "etcd-gate-again", comp, "etcd's members", "checking the quorum again right before the rollback stops "+self+": the gate waited since its first check")
+		e.event(r.txn.ID, p, "etcd-gate-again", comp, "etcd's members", "checking the quorum again right before stopping "+self)
 		if _, _, err := e.rollbackQuorum(ctx, r, self); err != nil {
 			return pause(err)
 		}
@@ -176,7 +169,7 @@ func (e *Engine) rollbackQuorum(ctx context.Context, r *run, self string) (*clus
 		return h, false, nil
 	}
 	if m := selfHealth(h); m != nil && !m.Votes() {
-		e.log.Info("this etcd member does not answer or knows no leader: the rollback's stop takes no vote from the quorum, and the gate is skipped", "txn", r.txn.ID, "member", self, "why", m.Err)
+		e.log.Info("quorum gate skipped: this etcd member casts no vote (no answer or no leader)", "txn", r.txn.ID, "member", self, "why", m.Err)
 		return h, true, nil
 	}
 	return h, false, err
@@ -222,7 +215,7 @@ func (e *Engine) gateAfter(ctx context.Context, r *run, p journal.Phase, st *nod
 		return nil
 	}
 	self := st.Etcd.MemberName
-	e.event(r.txn.ID, p, "etcd-caught-up", comp, self+" to catch up with the leader", fmt.Sprintf("waiting until %s has rejoined and is within %d raft entries of the leader", self, maxRaftLag))
+	e.event(r.txn.ID, p, "etcd-caught-up", comp, self+" to catch up with the leader", fmt.Sprintf("waiting until %s rejoins, within %d raft entries of the leader", self, maxRaftLag))
 	if err := cluster.WaitCaughtUp(ctx, e.hold.Client(), self, maxRaftLag, e.dl.Active); err != nil {
 		return fmt.Errorf("%s: %w", comp, err)
 	}
@@ -253,6 +246,10 @@ func etcdDownTo(st, to *nodestate.NodeState) string {
 	}
 	return down
 }
+
+// docGoingBack is the docs section on taking a member back once its
+// cluster version moved; messages cite it for the long story.
+const docGoingBack = "docs/ha.md#going-back-after-the-cluster-version-moved"
 
 // ErrEtcdPointOfNoReturn: a rollback would put an etcd of the old minor
 // back on a member whose cluster moved (or is moving) to the new one, where

@@ -208,30 +208,16 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 	return e.verifyRolledBack(ctx, r)
 }
 
-// rollbackMarks journals, in one write, a mark and a restarted-at stamp for
-// every component the rollback restarts, before the restore writes them: so
-// the restore writes each manifest once, with its stamp (a fresh pod UID),
-// and every process started from that write counts as after its mark. It
-// returns the latest mark, which the restore waits past.
-//
-// Before the components are marked, they are stopped (stopForWrite: every
-// manifest removed, the processes waited out, the pods' names released by
-// kubelet, none started again). A process started after a mark must be one
-// kubelet started from the restored bytes, and a pod of the manifest being
-// replaced could otherwise start one too: a crash-looping component that
-// kubelet restarts after the mark but before it sees the restored manifest
-// (its relist comes first), or a reboot or liveness restart after a mark
-// journaled by an earlier run. Once the manifest is gone kubelet only
-// terminates that pod. And a restored pod written after kubelet released
-// its name starts at once, where one written over a running pod is held
-// 10-15 s.
-//
-// A mark journaled by an earlier run stands when the restore is journaled,
-// or when the component's manifest already holds the stamped snapshot
-// bytes: the restore wrote it before a crash or a power cut, and kubelet
-// started (or will start) it from those bytes after the mark, also in a
-// later boot. Otherwise the component is stopped and a fresh mark, with the
-// same stamp, is taken.
+// rollbackMarks journals, in one write, a mark and a stamp for every
+// component the rollback restarts, and returns the latest mark: every
+// process started after it is one kubelet started from the restored bytes.
+// To make that hold, the components are stopped first (stopForWrite: the
+// manifests removed, the pods' names released), so no pod of the replaced
+// manifest can start after the mark (a crash loop, a reboot, a liveness
+// restart), and the restored pod starts at once rather than 10-15 s later
+// (docs/kubelet-hold.md). An earlier run's mark stands when the restore is
+// journaled or the manifest already holds the stamped bytes; else the
+// component is stopped and marked again, with the same stamp.
 func (e *Engine) rollbackMarks(ctx context.Context, r *run, restart []string, restored bool) (proc.Mark, error) {
 	var last proc.Mark
 	stamps := map[string]string{}
