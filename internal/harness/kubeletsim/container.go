@@ -142,6 +142,7 @@ func (k *Kubelet) scheduleRestart(c *container) {
 	}
 	if !at.After(now) {
 		k.log.Info("restarting container: backoff already elapsed", "key", p.src.Key, "container", c.spec.Name, "backoff", c.backoff)
+		k.record(EventBackoff, p, c, 0, c.backoff, "backoff already elapsed: restarted at once")
 		restart()
 		return
 	}

@@ -54,6 +54,9 @@ func helper(mode string) int {
 		time.Sleep(time.Hour)
 		return 0
 	case "exit":
+		if d, err := time.ParseDuration(os.Getenv("KSIM_AFTER")); err == nil {
+			time.Sleep(d)
+		}
 		code, _ := strconv.Atoi(os.Getenv("KSIM_CODE"))
 		return code
 	default:
@@ -66,6 +69,7 @@ const (
 	imgRun        = "registry.test/helper:run"
 	imgIgnoreTerm = "registry.test/helper:ignore-term"
 	imgExit1      = "registry.test/helper:exit1"
+	imgSlowExit1  = "registry.test/helper:slow-exit1" // runs 250ms, then exits 1
 	node          = "Node1" // upper case: the key suffix is lowercased
 )
 
@@ -115,6 +119,7 @@ func newBed(t *testing.T, mut func(*Config)) *bed {
 		imgRun:        {Binary: self, Env: env("run", "FROM_IMAGE", "image", "OVERRIDDEN", "image")},
 		imgIgnoreTerm: {Binary: self, Env: env("ignore-term")},
 		imgExit1:      {Binary: self, Env: env("exit", "KSIM_CODE", "1")},
+		imgSlowExit1:  {Binary: self, Env: env("exit", "KSIM_CODE", "1", "KSIM_AFTER", "250ms")},
 	}
 	if err := images.Save(b.images); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ const (
 	EventStart       = "start"       // a container process started
 	EventStartFailed = "startFailed" // a container could not start (image, env, exec)
 	EventExit        = "exit"        // a container process was reaped
-	EventBackoff     = "backoff"     // a restart waits out CrashLoopBackOff
+	EventBackoff     = "backoff"     // a restart's CrashLoopBackOff decision: waited, or already elapsed
 	EventKill        = "kill"        // a pod is being killed (SIGTERM sent)
 	EventSIGKILL     = "sigkill"     // the grace period ran out
 	EventTerminated  = "terminated"  // every process of a killed pod is reaped

@@ -226,6 +226,32 @@ func TestCrashLoopBackoffGrows(t *testing.T) {
 	}
 }
 
+// A container that ran longer than its backoff restarts at once, and the
+// backoff still doubles: the history records each decision, elapsed or
+// waited, so the growth is visible whatever the container's run time (a
+// loaded machine makes a fast-exiting one run that long too).
+func TestCrashLoopBackoffElapsedIsRecorded(t *testing.T) {
+	b := newBed(t, nil)
+	b.write("kube-scheduler.yaml", podYAML(podOpts{name: "kube-scheduler", image: imgSlowExit1}))
+	b.waitFor("four restarts", func(st []PodStatus) bool {
+		ps := Find(st, key("kube-scheduler"))
+		return len(ps) == 1 && ps[0].Restarts >= 4
+	})
+	b.remove("kube-scheduler.yaml")
+	b.waitGone(key("kube-scheduler"))
+	var backoffs []time.Duration
+	for _, e := range b.k.History() {
+		if e.Kind == EventBackoff {
+			backoffs = append(backoffs, e.Backoff)
+		}
+	}
+	// It runs 250ms: 50, 100 and 200 have elapsed by its exit; 400 is waited.
+	want := []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}
+	if len(backoffs) < len(want) || !slices.Equal(backoffs[:len(want)], want) {
+		t.Fatalf("backoffs %v, want prefix %v", backoffs, want)
+	}
+}
+
 func TestCommandEnvAndArgv0(t *testing.T) {
 	b := newBed(t, nil)
 	b.write("kube-apiserver.yaml", podYAML(podOpts{
