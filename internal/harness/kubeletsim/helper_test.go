@@ -70,7 +70,7 @@ const (
 	imgIgnoreTerm = "registry.test/helper:ignore-term"
 	imgExit1      = "registry.test/helper:exit1"
 	imgSlowExit1  = "registry.test/helper:slow-exit1" // runs 250ms, then exits 1
-	node          = "Node1" // upper case: the key suffix is lowercased
+	node          = "Node1"                           // upper case: the key suffix is lowercased
 )
 
 type bed struct {
