@@ -107,7 +107,7 @@ func TagVersion(component, ref string) *version.Version {
 	if tag == "" {
 		return nil
 	}
-	v, err := parseComponentVersion(component, tag)
+	v, err := ParseComponentVersion(component, tag)
 	if err != nil {
 		return nil
 	}

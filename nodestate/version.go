@@ -31,11 +31,11 @@ func ImageTag(ref string) string {
 	return ref[i+1:]
 }
 
-// parseComponentVersion parses a version as written for component: etcd's
+// ParseComponentVersion parses a version as written for component: etcd's
 // without a "v" ("3.6.16", an image tag's "-0" revision dropped), every
 // other component's with one ("v1.36.3"). It accepts the other spelling of
 // the "v" too, so a versions field may be written either way.
-func parseComponentVersion(component, s string) (*version.Version, error) {
+func ParseComponentVersion(component, s string) (*version.Version, error) {
 	if strings.TrimSpace(s) != s || s == "" {
 		return nil, fmt.Errorf("version %q: must be a semantic version", s)
 	}
@@ -76,10 +76,10 @@ func (st *NodeState) ComponentVersion(component string) (*version.Version, error
 // not a version) and the one the versions field says (nil when unset).
 func (st *NodeState) componentVersions(component string) (tagV, explicit *version.Version, err error) {
 	if tag := ImageTag(st.Image(component)); tag != "" {
-		tagV, _ = parseComponentVersion(component, tag) // "latest" is no version
+		tagV, _ = ParseComponentVersion(component, tag) // "latest" is no version
 	}
 	if s, ok := st.Versions[component]; ok {
-		explicit, err = parseComponentVersion(component, s)
+		explicit, err = ParseComponentVersion(component, s)
 		if err != nil {
 			return nil, nil, fmt.Errorf("versions.%s: %w", component, err)
 		}
