@@ -15,6 +15,7 @@ import (
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -114,7 +115,7 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 	if err := checkKubernetesVersion(st, to); err != nil {
 		return nil, fmt.Errorf("%s: %w", pf.subject, err)
 	}
-	findings := versions.UpgradePath(st, to)
+	findings := versions.UpgradePath(resolve.Resolve(st), resolve.Resolve(to))
 	plan, err := planChanges(store, st, to)
 	if err != nil {
 		// A target the rules refuse may not render at all (an

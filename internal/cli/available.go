@@ -15,6 +15,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
@@ -101,7 +102,7 @@ func (g *globals) available(st *nodestate.NodeState) (availableReport, error) {
 			msg := err.Error()
 			up.Problem = &msg
 		} else {
-			up.RefusedBy = checksJSON(versions.UpgradePath(st, to))
+			up.RefusedBy = checksJSON(versions.UpgradePath(resolve.Resolve(st), resolve.Resolve(to)))
 		}
 		for _, c := range st.Roster() {
 			if c == nodestate.KubeVIP {
