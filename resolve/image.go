@@ -79,3 +79,48 @@ func KubeadmImage(repository, component, kubernetesVersion string) (string, erro
 	}
 	return "", fmt.Errorf("%s: kubeadm has no image of it; pin it in images", component)
 }
+
+// TagMinor is the major.minor of an image's tag
+// ("registry.k8s.io/etcd:3.6.16-0" -> 3, 6), false when the reference has
+// no parseable tag. The tag is read as a generic version (an optional "v",
+// two or more dot-separated numbers, anything after them ignored), so it
+// tells the minor of a tag that is no semantic version ("3.6").
+func TagMinor(image string) (int, int, bool) {
+	tag := ImageTag(image)
+	if tag == "" {
+		return 0, 0, false
+	}
+	v, err := version.ParseGeneric(tag)
+	if err != nil {
+		return 0, 0, false
+	}
+	return int(v.Major()), int(v.Minor()), true
+}
+
+// Retag is the image ref with tag as its tag; ref must be tagged with a
+// version and carry no digest (a digest pins the image, whatever its tag).
+func Retag(ref, tag, component string) (string, error) {
+	old := ImageTag(ref)
+	if strings.Contains(ref, "@") || old == "" {
+		return "", fmt.Errorf("its image %s is pinned by digest or untagged, so its image at another version is unknown: name it in a release file (--to FILE)", ref)
+	}
+	if TagVersion(component, ref) == nil {
+		return "", fmt.Errorf("its image %s has a tag that is not a version, so its image at another version is unknown: name it in a release file (--to FILE)", ref)
+	}
+	return strings.TrimSuffix(ref, old) + tag, nil
+}
+
+// KubernetesVersionOfImage is the Kubernetes version a Kubernetes
+// component's image ref says ("v1.36.3"): its tag, which must be a version
+// as node states write it. ok is false when ref has no tag; err says why a
+// tag is no Kubernetes version.
+func KubernetesVersionOfImage(ref string) (v string, ok bool, err error) {
+	tag := ImageTag(ref)
+	if tag == "" {
+		return "", false, nil
+	}
+	if _, err := nodestate.ParseKubernetesVersion(tag); err != nil {
+		return tag, true, err
+	}
+	return tag, true, nil
+}

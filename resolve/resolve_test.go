@@ -220,12 +220,12 @@ func TestValidateImages(t *testing.T) {
 
 func TestCheckKubernetesVersion(t *testing.T) {
 	st := parse(t, pinned)
-	if err := CheckKubernetesVersion(st); err != nil {
+	if err := CheckKubernetesVersion(Resolve(st)); err != nil {
 		t.Fatalf("agreeing: %v", err)
 	}
 	st.KubernetesVersion = "v1.34.3"
 	var kve *KubernetesVersionError
-	if err := CheckKubernetesVersion(st); !errors.As(err, &kve) || kve.ImageVersion != "v1.34.4" {
+	if err := CheckKubernetesVersion(Resolve(st)); !errors.As(err, &kve) || kve.ImageVersion != "v1.34.4" {
 		t.Fatalf("disagreeing: %v", err)
 	}
 }

@@ -27,19 +27,19 @@ func (e *KubernetesVersionError) Error() string {
 
 // CheckKubernetesVersion returns a *KubernetesVersionError when
 // kube-apiserver's version (its image tag, or versions.kube-apiserver) is
-// not kubernetesVersion. An unpinned kube-apiserver runs at it by
-// construction. st is valid.
-func CheckKubernetesVersion(st *nodestate.NodeState) error {
-	want, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion)
+// not n's kubernetesVersion. An unpinned kube-apiserver runs at it by
+// construction. n's state is valid.
+func CheckKubernetesVersion(n *Node) error {
+	if n.Kubernetes == nil {
+		_, err := nodestate.ParseKubernetesVersion(n.State.KubernetesVersion)
+		return err
+	}
+	got, err := n.Version(nodestate.KubeAPIServer)
 	if err != nil {
 		return err
 	}
-	got, err := componentVersion(st, nodestate.KubeAPIServer)
-	if err != nil {
-		return err
-	}
-	if !got.EqualTo(want) {
-		return &KubernetesVersionError{KubernetesVersion: st.KubernetesVersion, Image: Image(st, nodestate.KubeAPIServer), ImageVersion: "v" + got.String()}
+	if !got.EqualTo(n.Kubernetes) {
+		return &KubernetesVersionError{KubernetesVersion: n.State.KubernetesVersion, Image: n.Image(nodestate.KubeAPIServer), ImageVersion: "v" + got.String()}
 	}
 	return nil
 }
