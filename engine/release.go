@@ -22,7 +22,7 @@ const (
 // Release is what an upgrade moves a node to: a Kubernetes version and the
 // image of each component it pins. A component the release does not name
 // keeps its pinned image; one the node does not pin runs from the node's
-// imageRepository at the new version (nodestate.NodeState.Image). A release may name kube-vip for a node without a VIP (a
+// imageRepository at the new version (resolve.Image). A release may name kube-vip for a node without a VIP (a
 // release is cluster-wide); that image is then unused.
 type Release struct {
 	// APIVersion is the schema of the document: stratum.ciq.com/v1.

@@ -11,6 +11,7 @@ import (
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 func TestParseRelease(t *testing.T) {
@@ -264,7 +265,7 @@ func TestReleaseVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := to.ComponentVersion(nodestate.Etcd); err != nil || v.String() != "3.6.16" {
+	if v, err := resolve.Version(to, nodestate.Etcd); err != nil || v.String() != "3.6.16" {
 		t.Errorf("etcd version after the release = %v, %v; want 3.6.16", v, err)
 	}
 	r, err = ParseRelease([]byte(head + "images: {etcd: \"" + digest + "\"}\n"))
