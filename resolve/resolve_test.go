@@ -229,3 +229,27 @@ func TestCheckKubernetesVersion(t *testing.T) {
 		t.Fatalf("disagreeing: %v", err)
 	}
 }
+
+// TestResolveRecordsWhatItCannotTell: a component whose version is known
+// from nowhere carries its error; the others resolve all the same, so each
+// caller reports only what it needs.
+func TestResolveRecordsWhatItCannotTell(t *testing.T) {
+	st := parse(t, pinned)
+	st.Images[etcd] = "registry.k8s.io/etcd@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	n := Resolve(st)
+	if v, err := n.Version(etcd); v != nil || err == nil || !strings.Contains(err.Error(), "set versions.etcd") {
+		t.Errorf("etcd: %v, %v; want an error asking for versions.etcd", v, err)
+	}
+	if n.Image(etcd) != st.Images[etcd] {
+		t.Errorf("etcd's image %q, want its pin", n.Image(etcd))
+	}
+	if v, err := n.Version(api); err != nil || v.String() != "1.34.4" {
+		t.Errorf("kube-apiserver: %v, %v", v, err)
+	}
+	if _, err := n.Version("kube-proxy"); err == nil {
+		t.Error("kube-proxy: no error for a component that does not exist")
+	}
+	if Validate(st) == nil {
+		t.Error("Validate accepted an etcd whose version is unknown")
+	}
+}
