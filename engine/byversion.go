@@ -58,7 +58,8 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 		// make stratum-upgrade render a minor it does not know.
 		return nil, &ByVersionError{Version: target, Why: fmt.Sprintf("Kubernetes %s is not supported: stratum-upgrade renders Kubernetes %s", versions.MinorOf(tv), strings.Join(versions.KubernetesMinors, ", "))}
 	}
-	if cur, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion); err == nil && tv.LessThan(cur) {
+	n := resolve.Resolve(st)
+	if cur := n.Kubernetes; cur != nil && tv.LessThan(cur) {
 		return nil, &ByVersionError{Version: target, Why: fmt.Sprintf("older than the node's %s: an upgrade by version never goes down (rollback --last puts back the state before the last committed upgrade)", st.KubernetesVersion)}
 	}
 	rel := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: target, Images: map[string]string{}}
@@ -73,7 +74,7 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 		}
 		rel.Images[c] = img
 	}
-	etcdImg, err := etcdByVersion(st, tv)
+	etcdImg, err := etcdByVersion(n, tv)
 	if err != nil {
 		return nil, &ByVersionError{Version: target, Component: nodestate.Etcd, Why: err.Error()}
 	}
@@ -86,7 +87,8 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 // etcdByVersion is the image etcd's pin moves to for Kubernetes tv, ""
 // when the pin stays (or etcd is not pinned and moves with
 // kubernetesVersion).
-func etcdByVersion(st *nodestate.NodeState, tv *version.Version) (string, error) {
+func etcdByVersion(n *resolve.Node, tv *version.Version) (string, error) {
+	st := n.State
 	tag, err := resolve.EtcdTag(tv)
 	if err != nil {
 		return "", fmt.Errorf("%w; pin etcd's image in a release file (--to FILE)", err)
@@ -95,7 +97,7 @@ func etcdByVersion(st *nodestate.NodeState, tv *version.Version) (string, error)
 	if err != nil {
 		return "", err
 	}
-	cur, err := resolve.Version(st, nodestate.Etcd)
+	cur, err := n.Version(nodestate.Etcd)
 	if err != nil {
 		return "", err
 	}
@@ -103,7 +105,7 @@ func etcdByVersion(st *nodestate.NodeState, tv *version.Version) (string, error)
 		// Already at the paired version or newer: kept. Unpinned, it
 		// would move with kubernetesVersion (down), so it is pinned where
 		// it is.
-		cur := resolve.Image(st, nodestate.Etcd)
+		cur := n.Image(nodestate.Etcd)
 		if at, err := resolve.KubeadmImage(st.Repository(), nodestate.Etcd, "v"+tv.String()); !st.Pinned(nodestate.Etcd) && (err != nil || at != cur) {
 			return cur, nil
 		}

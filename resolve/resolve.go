@@ -41,8 +41,10 @@ func (c Component) Minor() string {
 // runs, and kubeadm's etcd pairing for the node's Kubernetes version.
 type Node struct {
 	State *nodestate.NodeState
-	// Kubernetes is kubernetesVersion parsed; nil when it is no version.
-	Kubernetes *version.Version
+	// Kubernetes is kubernetesVersion parsed; nil, with KubernetesErr
+	// saying why, when it is no version.
+	Kubernetes    *version.Version
+	KubernetesErr error
 	// PairedEtcdTag is the etcd image tag kubeadm pairs with Kubernetes
 	// ("3.6.8-0"); "" with PairedErr set when the table lacks the minor.
 	PairedEtcdTag string
@@ -54,11 +56,11 @@ type Node struct {
 // per component (Component.Err), so each caller reports only what it needs.
 func Resolve(st *nodestate.NodeState) *Node {
 	n := &Node{State: st, Components: make(map[string]Component, len(nodestate.Components))}
-	if kv, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion); err == nil {
-		n.Kubernetes = kv
-		n.PairedEtcdTag, n.PairedErr = EtcdTag(kv)
+	n.Kubernetes, n.KubernetesErr = nodestate.ParseKubernetesVersion(st.KubernetesVersion)
+	if n.KubernetesErr == nil {
+		n.PairedEtcdTag, n.PairedErr = EtcdTag(n.Kubernetes)
 	} else {
-		n.PairedErr = err
+		n.Kubernetes, n.PairedErr = nil, n.KubernetesErr
 	}
 	for _, c := range nodestate.Components {
 		v, err := componentVersion(st, c)

@@ -63,9 +63,8 @@ func (e *KubernetesVersionError) Error() string {
 // not n's kubernetesVersion. An unpinned kube-apiserver runs at it by
 // construction. n's state is valid.
 func CheckKubernetesVersion(n *Node) error {
-	if n.Kubernetes == nil {
-		_, err := nodestate.ParseKubernetesVersion(n.State.KubernetesVersion)
-		return err
+	if n.KubernetesErr != nil {
+		return n.KubernetesErr
 	}
 	got, err := n.Version(nodestate.KubeAPIServer)
 	if err != nil {

@@ -83,9 +83,8 @@ func (g *globals) available(st *nodestate.NodeState) (availableReport, error) {
 	rep := availableReport{NodeName: st.NodeName, KubernetesVersion: st.KubernetesVersion, Upgrades: []availableUpgrade{}}
 	from := resolve.Resolve(st)
 	cur := from.Kubernetes
-	if cur == nil {
-		_, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion)
-		return rep, err
+	if from.KubernetesErr != nil {
+		return rep, from.KubernetesErr
 	}
 	type target struct{ version, description string }
 	var targets []target
