@@ -6,6 +6,7 @@ import (
 	"github.com/ciq/stratum-upgrade/kubeletpod"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // Verdict is what adopting does to one component.
@@ -65,7 +66,7 @@ func Check(src *Source) (*Plan, error) {
 		}
 		st.AdoptedInputs[c] = d
 	}
-	if err := st.Validate(); err != nil {
+	if err := resolve.Validate(st); err != nil {
 		return nil, fmt.Errorf("adopt: %w", err)
 	}
 	plan := &Plan{State: st, Notes: notes}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // Derive builds the node state src's manifests run. It reads no file: the
@@ -118,7 +119,7 @@ func Derive(src *Source) (*nodestate.NodeState, []string, error) {
 	if pod := src.Pods[nodestate.KubeVIP]; pod != nil {
 		st.VIP = vipOf(pod)
 	}
-	if err := st.Validate(); err != nil {
+	if err := resolve.Validate(st); err != nil {
 		return nil, nil, refuse("the state derived from %s is not valid: %v", src.Dir, err)
 	}
 	if err := addExtraArgs(src, st); err != nil {
@@ -163,7 +164,7 @@ func addExtraArgs(src *Source, st *nodestate.NodeState) error {
 			st.ExtraArgsOrder[c] = orderOf(seq)
 		}
 	}
-	if err := st.Validate(); err != nil {
+	if err := resolve.Validate(st); err != nil {
 		return refuse("the extra args derived from %s are not valid: %v", src.Dir, err)
 	}
 	for _, c := range slices.Sorted(maps.Keys(st.ExtraArgs)) {
@@ -198,14 +199,11 @@ func orderOf(seq []string) []string {
 // versionOfImage is the Kubernetes version in comp's image tag.
 func versionOfImage(src *Source, comp string) (string, error) {
 	img := src.Pods[comp].Spec.Containers[0].Image
-	name, _, _ := strings.Cut(img, "@")
-	slash := strings.LastIndexByte(name, '/')
-	i := strings.LastIndexByte(name, ':')
-	if i <= slash {
+	v, tagged, err := resolve.KubernetesVersionOfImage(img)
+	if !tagged {
 		return "", refuse("%s: image %s has no version tag; adopt needs the Kubernetes version from the tag (kubeadm writes one)", src.Files[comp], img)
 	}
-	v := name[i+1:]
-	if _, err := nodestate.ParseKubernetesVersion(v); err != nil {
+	if err != nil {
 		return "", refuse("%s: image %s: tag %q is not a Kubernetes version", src.Files[comp], img, v)
 	}
 	return v, nil

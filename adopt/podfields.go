@@ -21,6 +21,7 @@ import (
 	"github.com/ciq/stratum-upgrade/kubeletpod"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // kubeadmCACertDirs are the CA certificate directories kubeadm mounts into
@@ -57,7 +58,7 @@ func addPodFields(src *Source, st *nodestate.NodeState) error {
 		if !reflect.DeepEqual(rc, wc) && len(rc.Claims) == 0 {
 			setMap(&st.Resources, c, resourcesAsWritten(src.Raw[c]))
 		}
-		if st.Validate() != nil {
+		if resolve.Validate(st) != nil {
 			// Something the fields refuse (a volume name that is no DNS
 			// label, an env name kubelet's newer rules allow): the
 			// residue patch carries this component's differences instead.
@@ -75,7 +76,7 @@ func addPodFields(src *Source, st *nodestate.NodeState) error {
 	if len(st.Resources) == 0 {
 		st.Resources = nil
 	}
-	if err := st.Validate(); err != nil {
+	if err := resolve.Validate(st); err != nil {
 		return refuse("the state derived from %s is not valid: %v", src.Dir, err)
 	}
 	for _, c := range src.Components() {
@@ -234,7 +235,7 @@ func addResidue(src *Source, st *nodestate.NodeState, c string) error {
 		tried.Patches = &nodestate.Patches{}
 	}
 	tried.Patches.Files = append(tried.Patches.Files, nodestate.PatchFile{Name: c + AdoptedPatchSuffix, Content: string(content)})
-	if tried.Validate() != nil {
+	if resolve.Validate(tried) != nil {
 		return nil
 	}
 	if got, err := renderBare(tried, c); err != nil || !kubeletpod.Same(running, got) {

@@ -28,6 +28,7 @@ import (
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // node is a control-plane node on the Host's kubelet, driven by the real
@@ -177,7 +178,7 @@ func (n *node) writeRelease(t *testing.T, name string, etcd36 bool, fail string,
 	}
 	// The control plane's version is kube-apiserver's, a stand-in mode's
 	// pre-release tag included (v1.34.5-unhealthy).
-	r.KubernetesVersion = nodestate.ImageTag(r.Images[nodestate.KubeAPIServer])
+	r.KubernetesVersion = resolve.ImageTag(r.Images[nodestate.KubeAPIServer])
 	return n.saveRelease(t, name, r)
 }
 

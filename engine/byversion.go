@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
-	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
 
 // ByVersionError is an upgrade by version that cannot be made: the
@@ -39,7 +39,7 @@ func (e *ByVersionError) Error() string {
 //
 //   - kube-apiserver, kube-controller-manager and kube-scheduler at
 //     target: a pinned image keeps its repository and gets target as tag;
-//     an unpinned one moves with kubernetesVersion (nodestate.KubeadmImage);
+//     an unpinned one moves with kubernetesVersion (resolve.KubeadmImage);
 //   - etcd at the version kubeadm pairs with target's minor
 //     (versions/kubeadm), the same way; an etcd already at that version or
 //     newer is kept, as kubeadm skips the etcd upgrade then.
@@ -58,7 +58,8 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 		// make stratum-upgrade render a minor it does not know.
 		return nil, &ByVersionError{Version: target, Why: fmt.Sprintf("Kubernetes %s is not supported: stratum-upgrade renders Kubernetes %s", versions.MinorOf(tv), strings.Join(versions.KubernetesMinors, ", "))}
 	}
-	if cur, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion); err == nil && tv.LessThan(cur) {
+	n := resolve.Resolve(st)
+	if cur := n.Kubernetes; cur != nil && tv.LessThan(cur) {
 		return nil, &ByVersionError{Version: target, Why: fmt.Sprintf("older than the node's %s: an upgrade by version never goes down (rollback --last puts back the state before the last committed upgrade)", st.KubernetesVersion)}
 	}
 	rel := &Release{APIVersion: ReleaseAPIVersion, Kind: ReleaseKind, KubernetesVersion: target, Images: map[string]string{}}
@@ -67,13 +68,13 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 		if !st.Pinned(c) || !slices.Contains(roster, c) {
 			continue
 		}
-		img, err := retag(st.Images[c], strings.ReplaceAll(target, "+", "_"), c)
+		img, err := resolve.Retag(st.Images[c], strings.ReplaceAll(target, "+", "_"), c)
 		if err != nil {
 			return nil, &ByVersionError{Version: target, Component: c, Why: err.Error()}
 		}
 		rel.Images[c] = img
 	}
-	etcdImg, err := etcdByVersion(st, tv)
+	etcdImg, err := etcdByVersion(n, tv)
 	if err != nil {
 		return nil, &ByVersionError{Version: target, Component: nodestate.Etcd, Why: err.Error()}
 	}
@@ -86,16 +87,17 @@ func ReleaseForVersion(st *nodestate.NodeState, target string) (*Release, error)
 // etcdByVersion is the image etcd's pin moves to for Kubernetes tv, ""
 // when the pin stays (or etcd is not pinned and moves with
 // kubernetesVersion).
-func etcdByVersion(st *nodestate.NodeState, tv *version.Version) (string, error) {
-	tag, err := kubeadm.EtcdTag(tv)
+func etcdByVersion(n *resolve.Node, tv *version.Version) (string, error) {
+	st := n.State
+	tag, err := resolve.EtcdTag(tv)
 	if err != nil {
 		return "", fmt.Errorf("%w; pin etcd's image in a release file (--to FILE)", err)
 	}
-	paired, err := kubeadm.EtcdVersion(tv)
+	paired, err := resolve.EtcdVersion(tv)
 	if err != nil {
 		return "", err
 	}
-	cur, err := st.ComponentVersion(nodestate.Etcd)
+	cur, err := n.Version(nodestate.Etcd)
 	if err != nil {
 		return "", err
 	}
@@ -103,28 +105,16 @@ func etcdByVersion(st *nodestate.NodeState, tv *version.Version) (string, error)
 		// Already at the paired version or newer: kept. Unpinned, it
 		// would move with kubernetesVersion (down), so it is pinned where
 		// it is.
-		if at, err := nodestate.KubeadmImage(st.Repository(), nodestate.Etcd, "v"+tv.String()); !st.Pinned(nodestate.Etcd) && (err != nil || at != st.Image(nodestate.Etcd)) {
-			return st.Image(nodestate.Etcd), nil
+		cur := n.Image(nodestate.Etcd)
+		if at, err := resolve.KubeadmImage(st.Repository(), nodestate.Etcd, "v"+tv.String()); !st.Pinned(nodestate.Etcd) && (err != nil || at != cur) {
+			return cur, nil
 		}
 		return "", nil
 	}
 	if !st.Pinned(nodestate.Etcd) {
 		return "", nil
 	}
-	return retag(st.Images[nodestate.Etcd], tag, nodestate.Etcd)
-}
-
-// retag is the image ref with tag as its tag; ref must be tagged with a
-// version and carry no digest (a digest pins the image, whatever its tag).
-func retag(ref, tag, component string) (string, error) {
-	old := nodestate.ImageTag(ref)
-	if strings.Contains(ref, "@") || old == "" {
-		return "", fmt.Errorf("its image %s is pinned by digest or untagged, so its image at another version is unknown: name it in a release file (--to FILE)", ref)
-	}
-	if nodestate.TagVersion(component, ref) == nil {
-		return "", fmt.Errorf("its image %s has a tag that is not a version, so its image at another version is unknown: name it in a release file (--to FILE)", ref)
-	}
-	return strings.TrimSuffix(ref, old) + tag, nil
+	return resolve.Retag(st.Images[nodestate.Etcd], tag, nodestate.Etcd)
 }
 
 // Marshal is r as a release file: what the journal records as the release

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // byVersionNode is a node state at v1.36.3 with the given images section.
@@ -83,11 +84,11 @@ func TestReleaseForVersion(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := to.CheckKubernetesVersion(); err != nil {
+			if err := resolve.CheckKubernetesVersion(resolve.Resolve(to)); err != nil {
 				t.Errorf("the upgraded node state: %v", err)
 			}
 			for comp, img := range c.after {
-				if got := to.Image(comp); got != img {
+				if got := resolve.Image(to, comp); got != img {
 					t.Errorf("after: %s runs %s, want %s", comp, got, img)
 				}
 			}

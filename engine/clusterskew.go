@@ -17,6 +17,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/cluster"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -191,10 +192,10 @@ func (k *skew) unknown(what string) {
 }
 
 func kubeAPIServer(st *nodestate.NodeState) (*version.Version, bool) {
-	if st == nil || st.Image(nodestate.KubeAPIServer) == "" {
+	if st == nil || resolve.Image(st, nodestate.KubeAPIServer) == "" {
 		return nil, false
 	}
-	v, err := st.ComponentVersion(nodestate.KubeAPIServer)
+	v, err := resolve.Version(st, nodestate.KubeAPIServer)
 	return v, err == nil && v != nil
 }
 

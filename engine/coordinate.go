@@ -16,6 +16,7 @@ import (
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // Coordination configures the rollout lock of a multi-member cluster.
@@ -160,10 +161,10 @@ func progressOf(txn *journal.Txn, from, to *nodestate.NodeState) cluster.Progres
 // apiServerOf is st's kube-apiserver version ("v1.36.3"), "" when st is
 // nil or has none.
 func apiServerOf(st *nodestate.NodeState) string {
-	if st == nil || st.Image(nodestate.KubeAPIServer) == "" {
+	if st == nil || resolve.Image(st, nodestate.KubeAPIServer) == "" {
 		return ""
 	}
-	v, err := st.ComponentVersion(nodestate.KubeAPIServer)
+	v, err := resolve.Version(st, nodestate.KubeAPIServer)
 	if err != nil || v == nil {
 		return ""
 	}
@@ -174,7 +175,7 @@ func versionsOf(st *nodestate.NodeState) string {
 	if st == nil {
 		return ""
 	}
-	return fmt.Sprintf("kubernetes %s, etcd %s", st.KubernetesVersion, st.Image(nodestate.Etcd))
+	return fmt.Sprintf("kubernetes %s, etcd %s", st.KubernetesVersion, resolve.Image(st, nodestate.Etcd))
 }
 
 func (e *Engine) endpointsPath() string {

@@ -13,6 +13,7 @@ import (
 	"github.com/ciq/stratum-upgrade/fault"
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/snapshot"
 )
 
@@ -26,6 +27,17 @@ type run struct {
 	snap    *snapshot.Loaded
 	started time.Time
 	steps   []StepTime
+	// fromNode and toNode are from and to resolved, once (resolved).
+	fromNode, toNode *resolve.Node
+}
+
+// resolved is r's node states resolved, computed on first use: from and
+// to are never replaced during a run.
+func (r *run) resolved() (from, to *resolve.Node) {
+	if r.fromNode == nil {
+		r.fromNode, r.toNode = resolve.Resolve(r.from), resolve.Resolve(r.to)
+	}
+	return r.fromNode, r.toNode
 }
 
 // load reads what driving txn needs from the journal, after trustOpen has

@@ -225,8 +225,9 @@ func (e *Engine) gateAfter(ctx context.Context, r *run, p journal.Phase, st *nod
 // etcdMinors is etcd's minor before and after r ("3.6", "3.7"), and whether
 // the transaction moves it.
 func etcdMinors(r *run) (from, to string, moves bool) {
-	a, errA := r.from.ComponentVersion(nodestate.Etcd)
-	b, errB := r.to.ComponentVersion(nodestate.Etcd)
+	from0, to0 := r.resolved()
+	a, errA := from0.Version(nodestate.Etcd)
+	b, errB := to0.Version(nodestate.Etcd)
 	if errA != nil || errB != nil || a == nil || b == nil {
 		return "", "", false
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // fixture is a running node (kubelet stand-in, real etcd, component
@@ -104,7 +105,7 @@ func release(st *nodestate.NodeState, etcd36 bool, fail string, mode standin.Mod
 	}
 	// The control plane's version is kube-apiserver's, a stand-in mode's
 	// pre-release tag included (v1.34.5-unhealthy).
-	r.KubernetesVersion = nodestate.ImageTag(r.Images[nodestate.KubeAPIServer])
+	r.KubernetesVersion = resolve.ImageTag(r.Images[nodestate.KubeAPIServer])
 	return r
 }
 

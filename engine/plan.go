@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-
-	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/snapshot"
 	"github.com/ciq/stratum-upgrade/versions"
 )
@@ -247,26 +245,6 @@ func planFromSnapshot(store Manifests, cur, old *nodestate.NodeState, snap *snap
 	return plan, nil
 }
 
-// etcdMinor is the major.minor of an etcd image tag ("registry.k8s.io/etcd:3.6.16-0"
-// -> 3, 6), false when the reference has no parseable tag. The tag is a
-// generic version (an optional "v", two or more dot-separated numbers,
-// anything after them ignored).
-func etcdMinor(image string) (int, int, bool) {
-	ref := image
-	if i := strings.Index(ref, "@"); i >= 0 {
-		ref = ref[:i]
-	}
-	i := strings.LastIndex(ref, ":")
-	if i < 0 || strings.Contains(ref[i:], "/") {
-		return 0, 0, false
-	}
-	v, err := version.ParseGeneric(ref[i+1:])
-	if err != nil {
-		return 0, 0, false
-	}
-	return int(v.Major()), int(v.Minor()), true
-}
-
 // checkEtcdDowngrade refuses to put back an etcd more than one minor
 // lower, or below 3.6 from 3.5: once the newer member ran, the cluster and
 // storage versions in its data are the newer ones and an older etcd
@@ -274,8 +252,9 @@ func etcdMinor(image string) (int, int, bool) {
 // moves the data back with etcd's own downgrade protocol
 // (downgradeBeforeStep), which goes one minor at a time.
 func checkEtcdDowngrade(cur, old *nodestate.NodeState) error {
-	curMaj, curMin, ok1 := etcdMinor(cur.Image(nodestate.Etcd))
-	oldMaj, oldMin, ok2 := etcdMinor(old.Image(nodestate.Etcd))
+	curImg, oldImg := resolve.Image(cur, nodestate.Etcd), resolve.Image(old, nodestate.Etcd)
+	curMaj, curMin, ok1 := resolve.TagMinor(curImg)
+	oldMaj, oldMin, ok2 := resolve.TagMinor(oldImg)
 	if !ok1 || !ok2 || oldMaj > curMaj || oldMaj == curMaj && oldMin >= curMin {
 		return nil
 	}
@@ -283,5 +262,5 @@ func checkEtcdDowngrade(cur, old *nodestate.NodeState) error {
 		return nil
 	}
 	return fmt.Errorf("rollback --last would move etcd from %s down to %s: etcd's downgrade protocol goes back one minor at a time, from 3.6 on, and etcd %d.%d refuses to start on data a %d.%d member has run on; run an upgrade to a release that keeps etcd at %d.%d, or downgrade etcd a minor at a time with etcdctl downgrade first",
-		cur.Image(nodestate.Etcd), old.Image(nodestate.Etcd), oldMaj, oldMin, curMaj, curMin, curMaj, curMin)
+		curImg, oldImg, oldMaj, oldMin, curMaj, curMin, curMaj, curMin)
 }

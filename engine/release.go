@@ -10,6 +10,7 @@ import (
 	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // ReleaseKind and ReleaseAPIVersion identify a release document.
@@ -21,7 +22,7 @@ const (
 // Release is what an upgrade moves a node to: a Kubernetes version and the
 // image of each component it pins. A component the release does not name
 // keeps its pinned image; one the node does not pin runs from the node's
-// imageRepository at the new version (nodestate.NodeState.Image). A release may name kube-vip for a node without a VIP (a
+// imageRepository at the new version (resolve.Image). A release may name kube-vip for a node without a VIP (a
 // release is cluster-wide); that image is then unused.
 type Release struct {
 	// APIVersion is the schema of the document: stratum.ciq.com/v1.
@@ -100,7 +101,7 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		if !slices.Contains(roster, n) {
 			continue
 		}
-		if to.Image(n) != img {
+		if resolve.Image(to, n) != img {
 			// The node's explicit version was that of the old image.
 			delete(to.Versions, n)
 		}
@@ -115,7 +116,7 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 			to.Versions[n] = v
 		}
 	}
-	if err := to.Validate(); err != nil {
+	if err := resolve.Validate(to); err != nil {
 		// The node state was valid: what is wrong came with the release,
 		// and each field error names its field (images.kube-apiserver).
 		var ve nodestate.ValidationError

@@ -15,6 +15,7 @@ import (
 	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -111,10 +112,11 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 	if err := CheckIgnore(pf.ignore); err != nil {
 		return nil, err
 	}
-	if err := checkKubernetesVersion(st, to); err != nil {
+	from, target := resolve.Resolve(st), resolve.Resolve(to)
+	if err := checkKubernetesVersion(from, target); err != nil {
 		return nil, fmt.Errorf("%s: %w", pf.subject, err)
 	}
-	findings := versions.UpgradePath(st, to)
+	findings := versions.UpgradePath(from, target)
 	plan, err := planChanges(store, st, to)
 	if err != nil {
 		// A target the rules refuse may not render at all (an
@@ -160,15 +162,15 @@ func describe(plan *Plan, release bool) string {
 }
 
 // checkKubernetesVersion refuses a target whose kubernetesVersion is not
-// kube-apiserver's version (*nodestate.KubernetesVersionError): the node
+// kube-apiserver's version (*resolve.KubernetesVersionError): the node
 // state would say one version while the control plane runs another. A
 // disagreement the node has already (the same kubernetesVersion and
 // kube-apiserver image on both sides, as a node state recorded before the
 // check) is not the change's doing, and is let through so that such a node
 // can still be rendered and changed.
-func checkKubernetesVersion(st, to *nodestate.NodeState) error {
-	err := to.CheckKubernetesVersion()
-	if err == nil || st.KubernetesVersion == to.KubernetesVersion && st.Image(nodestate.KubeAPIServer) == to.Image(nodestate.KubeAPIServer) {
+func checkKubernetesVersion(st, to *resolve.Node) error {
+	err := resolve.CheckKubernetesVersion(to)
+	if err == nil || st.State.KubernetesVersion == to.State.KubernetesVersion && st.Image(nodestate.KubeAPIServer) == to.Image(nodestate.KubeAPIServer) {
 		return nil
 	}
 	return err

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // SchemaVersion returns the schema version stored in the file.
@@ -73,7 +74,7 @@ func encodeState(st *nodestate.NodeState) ([]byte, error) {
 	if st == nil {
 		return nil, errors.New("nil node state")
 	}
-	if err := st.Validate(); err != nil {
+	if err := resolve.Validate(st); err != nil {
 		return nil, err
 	}
 	return st.Marshal()

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // Where the control plane shows in the API: kubeadm's label on a
@@ -99,7 +100,7 @@ func appendVersions(vs []string, p *corev1.Pod) []string {
 		}
 	}
 	for _, ref := range refs {
-		if v := nodestate.TagVersion(nodestate.KubeAPIServer, ref); v != nil && !slices.Contains(vs, "v"+v.String()) {
+		if v := resolve.TagVersion(nodestate.KubeAPIServer, ref); v != nil && !slices.Contains(vs, "v"+v.String()) {
 			vs = append(vs, "v"+v.String())
 		}
 	}

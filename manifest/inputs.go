@@ -15,6 +15,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/durable"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -104,7 +105,7 @@ func InputPaths(st *nodestate.NodeState, name string) ([]string, error) {
 	if err := checkRoster(st, name); err != nil {
 		return nil, fmt.Errorf("inputs of %s: %w", name, err)
 	}
-	v, err := versions.Of(st, name)
+	v, err := versions.Of(resolve.Resolve(st), name)
 	if err != nil {
 		return nil, fmt.Errorf("inputs of %s: %w", name, err)
 	}
@@ -150,8 +151,9 @@ func inputPaths(st *nodestate.NodeState, name string, v *version.Version) []stri
 // reports that.
 func LoadInputs(st *nodestate.NodeState) (Inputs, error) {
 	in := Inputs{}
+	n := resolve.Resolve(st)
 	for _, name := range NamesFor(st) {
-		v, err := versions.Of(st, name)
+		v, err := versions.Of(n, name)
 		if err != nil {
 			continue
 		}

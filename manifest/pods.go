@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -96,11 +96,11 @@ func requests(cpu, memory string) corev1.ResourceRequirements {
 }
 
 // controlPlanePod is the pod of a component with flags and probes.
-func controlPlanePod(st *nodestate.NodeState, name string, v *version.Version, res corev1.ResourceRequirements, mounts []hostMount) *corev1.Pod {
-	a := componentArgs(st, name, v)
-	ep, _ := probeFor(st, name, a, v)
+func controlPlanePod(st *nodestate.NodeState, name string, rc resolve.Component, res corev1.ResourceRequirements, mounts []hostMount) *corev1.Pod {
+	a := componentArgs(st, name, rc.Version)
+	ep, _ := probeFor(st, name, a, rc.Version)
 	c := corev1.Container{
-		Image:     st.Image(name),
+		Image:     rc.Image,
 		Command:   command(st, name, a),
 		Resources: res,
 	}
@@ -110,8 +110,8 @@ func controlPlanePod(st *nodestate.NodeState, name string, v *version.Version, r
 	return pod
 }
 
-func etcdPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
-	pod := controlPlanePod(st, nodestate.Etcd, v, requests("100m", "100Mi"), []hostMount{
+func etcdPod(st *nodestate.NodeState, rc resolve.Component) *corev1.Pod {
+	pod := controlPlanePod(st, nodestate.Etcd, rc, requests("100m", "100Mi"), []hostMount{
 		{"etcd-data", st.Etcd.DataDir, corev1.HostPathDirectoryOrCreate, false},
 		{"etcd-certs", pki(st, "etcd"), corev1.HostPathDirectoryOrCreate, false},
 	})
@@ -123,7 +123,7 @@ func etcdPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
 	return pod
 }
 
-func apiServerPod(st *nodestate.NodeState, prof Profile, v *version.Version) *corev1.Pod {
+func apiServerPod(st *nodestate.NodeState, prof Profile, rc resolve.Component) *corev1.Pod {
 	mounts := append(caMounts(st), hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true})
 	annotations := map[string]string{
 		APIServerAdvertiseAddressAnnotation: hostPort(st.AdvertiseAddress, st.Ports.APIServer),
@@ -137,24 +137,24 @@ func apiServerPod(st *nodestate.NodeState, prof Profile, v *version.Version) *co
 		annotations[AuditPolicyAnnotation] = prof.auditPolicyHash()
 		annotations[AdmissionConfigAnnotation] = prof.admissionHash()
 	}
-	pod := controlPlanePod(st, nodestate.KubeAPIServer, v, requests("250m", ""), mounts)
+	pod := controlPlanePod(st, nodestate.KubeAPIServer, rc, requests("250m", ""), mounts)
 	pod.Annotations = annotations
 	return pod
 }
 
-func controllerManagerPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
+func controllerManagerPod(st *nodestate.NodeState, rc resolve.Component) *corev1.Pod {
 	mounts := append(caMounts(st),
 		hostMount{"k8s-certs", st.PKIDir, corev1.HostPathDirectoryOrCreate, true},
 		hostMount{"kubeconfig", filepath.Join(st.KubeconfigDir, "controller-manager.conf"), corev1.HostPathFileOrCreate, true},
 	)
-	if versions.Kube(v).FlexVolumeDir {
+	if versions.Kube(rc.Version).FlexVolumeDir {
 		mounts = append(mounts, hostMount{"flexvolume-dir", "/usr/libexec/kubernetes/kubelet-plugins/volume/exec", corev1.HostPathDirectoryOrCreate, false})
 	}
-	return controlPlanePod(st, nodestate.ControllerManager, v, requests("200m", ""), mounts)
+	return controlPlanePod(st, nodestate.ControllerManager, rc, requests("200m", ""), mounts)
 }
 
-func schedulerPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
-	return controlPlanePod(st, nodestate.Scheduler, v, requests("100m", ""), []hostMount{
+func schedulerPod(st *nodestate.NodeState, rc resolve.Component) *corev1.Pod {
+	return controlPlanePod(st, nodestate.Scheduler, rc, requests("100m", ""), []hostMount{
 		{"kubeconfig", filepath.Join(st.KubeconfigDir, "scheduler.conf"), corev1.HostPathFileOrCreate, true},
 	})
 }
@@ -163,7 +163,7 @@ func schedulerPod(st *nodestate.NodeState, v *version.Version) *corev1.Pod {
 // leader election, as `kube-vip manifest pod --arp --controlplane
 // --leaderElection` renders it, minus the metrics server, so it has no
 // listener. It reads <KubeconfigDir>/admin.conf, named explicitly.
-func kubeVIPPod(st *nodestate.NodeState) *corev1.Pod {
+func kubeVIPPod(st *nodestate.NodeState, rc resolve.Component) *corev1.Pod {
 	cidr := "32"
 	if ip := net.ParseIP(st.VIP.Address); ip != nil && ip.To4() == nil {
 		cidr = "128"
@@ -191,7 +191,7 @@ func kubeVIPPod(st *nodestate.NodeState) *corev1.Pod {
 		{Name: "prometheus_server", Value: ""},
 	}
 	c := corev1.Container{
-		Image:   st.Image(nodestate.KubeVIP),
+		Image:   rc.Image,
 		Command: []string{kubeVIPCommand},
 		Args:    cmdArgs,
 		Env:     env,

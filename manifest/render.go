@@ -19,6 +19,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -100,10 +101,11 @@ func render(st *nodestate.NodeState, prof Profile, name, restartedAt string, see
 	if err := checkRoster(st, name); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	if st.Image(name) == "" {
+	n := resolve.Resolve(st)
+	if n.Image(name) == "" {
 		return nil, fmt.Errorf("render %s: no image: set images.%s in the node state", name, name)
 	}
-	if err := st.Validate(); err != nil {
+	if err := resolve.Validate(st); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	if st.Profile.Name == nodestate.ProfileCIS && name == nodestate.KubeAPIServer {
@@ -114,25 +116,26 @@ func render(st *nodestate.NodeState, prof Profile, name, restartedAt string, see
 			return nil, fmt.Errorf("render %s: profile.admissionConfigFile %s: %w", name, st.Profile.AdmissionConfigFile, err)
 		}
 	}
-	v, err := versions.Of(st, name)
+	v, err := versions.Of(n, name)
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
+	rc := n.Components[name]
 	if err := checkArgs(st, name, v); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	var pod *corev1.Pod
 	switch name {
 	case nodestate.Etcd:
-		pod = etcdPod(st, v)
+		pod = etcdPod(st, rc)
 	case nodestate.KubeAPIServer:
-		pod = apiServerPod(st, prof, v)
+		pod = apiServerPod(st, prof, rc)
 	case nodestate.ControllerManager:
-		pod = controllerManagerPod(st, v)
+		pod = controllerManagerPod(st, rc)
 	case nodestate.Scheduler:
-		pod = schedulerPod(st, v)
+		pod = schedulerPod(st, rc)
 	case nodestate.KubeVIP:
-		pod = kubeVIPPod(st)
+		pod = kubeVIPPod(st, rc)
 	}
 	if pod, err = applyPodFields(st, name, pod, seen); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
@@ -166,7 +169,7 @@ func InputsDigest(st *nodestate.NodeState, prof Profile, name string) (string, e
 	if err := checkRoster(st, name); err != nil {
 		return "", fmt.Errorf("inputs of %s: %w", name, err)
 	}
-	v, err := versions.Of(st, name)
+	v, err := versions.Of(resolve.Resolve(st), name)
 	if err != nil {
 		return "", fmt.Errorf("inputs of %s: %w", name, err)
 	}
@@ -246,7 +249,7 @@ func Target(st *nodestate.NodeState, name string) (proc.Target, error) {
 	if err := checkRoster(st, name); err != nil {
 		return proc.Target{}, fmt.Errorf("target %s: %w", name, err)
 	}
-	v, err := versions.Of(st, name)
+	v, err := versions.Of(resolve.Resolve(st), name)
 	if err != nil {
 		return proc.Target{}, fmt.Errorf("target %s: %w", name, err)
 	}

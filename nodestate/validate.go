@@ -64,9 +64,22 @@ func ParseKubernetesVersion(s string) (*version.Version, error) {
 	return version.ParseSemantic(s)
 }
 
-// Validate checks every field and returns a ValidationError naming each
-// invalid one, or nil.
-func (st *NodeState) Validate() error {
+// Bad reports one invalid field to a validation.
+type Bad func(field, format string, a ...any)
+
+// Rule is a check a validation runs beside the node state's own, given
+// the roster: what needs knowledge this package does not have (image tags,
+// kubeadm's table) comes in as one (resolve.Validate).
+type Rule func(st *NodeState, roster []string, bad Bad)
+
+// Validate checks every field as the document says it and returns a
+// ValidationError naming each invalid one, or nil. What the images' tags
+// and kubeadm's table say is checked by resolve.Validate.
+func (st *NodeState) Validate() error { return st.ValidateWith(nil) }
+
+// ValidateWith is Validate with rule run too (after the versions field's
+// own checks), its failures in the same ValidationError.
+func (st *NodeState) ValidateWith(rule Rule) error {
 	var errs ValidationError
 	bad := func(field, format string, a ...any) {
 		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, a...)})
@@ -98,6 +111,9 @@ func (st *NodeState) Validate() error {
 		}
 	}
 	st.validateVersions(roster, bad)
+	if rule != nil {
+		rule(st, roster, bad)
+	}
 	for i, c := range st.Stopped {
 		switch {
 		case !slices.Contains(roster, c):

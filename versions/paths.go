@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // The names of the upgrade-path checks, as --ignore-preflight-errors takes
@@ -80,7 +81,7 @@ func (f Finding) String() string { return "[" + f.Check + "] " + f.Message }
 // PathChecks, nil when the move is allowed. A component whose version
 // cannot be told on either side is left to the node state's validation
 // (only UnsupportedVersion looks at the target alone).
-func UpgradePath(from, to *nodestate.NodeState) []Finding {
+func UpgradePath(from, to *resolve.Node) []Finding {
 	var out []Finding
 	record := func(unsupported bool) addFunc {
 		return func(check, comp, format string, a ...any) {
@@ -95,7 +96,7 @@ func UpgradePath(from, to *nodestate.NodeState) []Finding {
 		if to.Image(c) == "" {
 			continue
 		}
-		v, err := to.ComponentVersion(c)
+		v, err := to.Version(c)
 		if err != nil || v == nil {
 			continue
 		}
@@ -142,15 +143,15 @@ func back(fv, tv *version.Version) string {
 
 // pair is component c's version before and after, false when c is not on
 // both sides or a version is unknown.
-func pair(from, to *nodestate.NodeState, c string) (fv, tv *version.Version, ok bool) {
+func pair(from, to *resolve.Node, c string) (fv, tv *version.Version, ok bool) {
 	if from.Image(c) == "" {
 		return nil, nil, false
 	}
 	if to.Image(c) == "" {
 		return nil, nil, false
 	}
-	fv, err1 := from.ComponentVersion(c)
-	tv, err2 := to.ComponentVersion(c)
+	fv, err1 := from.Version(c)
+	tv, err2 := to.Version(c)
 	if err1 != nil || err2 != nil || fv == nil || tv == nil {
 		return nil, nil, false
 	}
@@ -212,7 +213,7 @@ func kubernetesPath(c string, fv, tv *version.Version, add, unsupported addFunc)
 // kube-apiserver first, then kube-controller-manager, then kube-scheduler,
 // so the one state between that matters is the new kube-apiserver with
 // the others as they were.
-func skew(from, to *nodestate.NodeState, add addFunc) {
+func skew(from, to *resolve.Node, add addFunc) {
 	api, ok := kubeVersion(to, nodestate.KubeAPIServer)
 	if !ok {
 		return
@@ -248,11 +249,11 @@ func skewOne(c string, v, api *version.Version, mid bool, add addFunc) {
 	}
 }
 
-func kubeVersion(st *nodestate.NodeState, c string) (*version.Version, bool) {
+func kubeVersion(st *resolve.Node, c string) (*version.Version, bool) {
 	if st.Image(c) == "" {
 		return nil, false
 	}
-	v, err := st.ComponentVersion(c)
+	v, err := st.Version(c)
 	return v, err == nil && v != nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // node is a node state with etcd's image at tag etcd and the three
@@ -133,7 +134,7 @@ func TestUpgradePath(t *testing.T) {
 			want: []string{"UnsupportedVersion etcd", "EtcdMinorSkip etcd"}, msg: []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := UpgradePath(tc.from, tc.to)
+			got := UpgradePath(resolve.Resolve(tc.from), resolve.Resolve(tc.to))
 			var names []string
 			for _, f := range got {
 				names = append(names, f.Check+" "+f.Component)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // Minors supported, oldest first, as "major.minor".
@@ -73,11 +74,11 @@ func Supported(component string, v *version.Version) error {
 	return &UnsupportedError{Component: component, Version: v, Supported: minors}
 }
 
-// Of is component's version on st (nodestate.NodeState.ComponentVersion),
+// Of is component's version on the resolved node n,
 // checked against the supported minors. It is nil, with no error, for a
 // kube-vip image whose tag is no version.
-func Of(st *nodestate.NodeState, component string) (*version.Version, error) {
-	v, err := st.ComponentVersion(component)
+func Of(n *resolve.Node, component string) (*version.Version, error) {
+	v, err := n.Version(component)
 	if err != nil || v == nil {
 		return v, err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/ciq/stratum-upgrade/cri"
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/journal"
-	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -33,7 +33,7 @@ func (g *globals) advice(err error) string {
 	case errors.As(err, &md):
 		return fmt.Sprintf(". Run it with --manifest-dir %s; or, if kubelet's staticPodPath moved to %s, move the node there with `%s` (the old directory is left as it is)",
 			shellQuote(md.recorded), md.given, g.cmdline("init --force --state FILE"))
-	case errors.As(err, new(*nodestate.KubernetesVersionError)):
+	case errors.As(err, new(*resolve.KubernetesVersionError)):
 		return g.kubernetesVersionAdvice(err)
 	case errors.As(err, &rf):
 		adv := fmt.Sprintf(". The node state in the journal is still the one from before this transaction; `%s` shows each component. Fix the cause, then run `%s` to put every manifest back from it.", g.cmdline("status"), g.cmdline("render"))

@@ -15,8 +15,8 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
-	"github.com/ciq/stratum-upgrade/versions/kubeadm"
 )
 
 // availableReport is plan's JSON output without --to
@@ -81,35 +81,38 @@ func (g *globals) runAvailable() error {
 // minor.
 func (g *globals) available(st *nodestate.NodeState) (availableReport, error) {
 	rep := availableReport{NodeName: st.NodeName, KubernetesVersion: st.KubernetesVersion, Upgrades: []availableUpgrade{}}
-	cur, err := nodestate.ParseKubernetesVersion(st.KubernetesVersion)
-	if err != nil {
-		return rep, err
+	from := resolve.Resolve(st)
+	cur := from.Kubernetes
+	if from.KubernetesErr != nil {
+		return rep, from.KubernetesErr
 	}
 	type target struct{ version, description string }
 	var targets []target
-	if m, ok := kubeadm.Lookup(cur); ok && version.MustParseSemantic(m.Newest()).GreaterThan(cur) {
+	if m, ok := resolve.LookupMinor(cur); ok && version.MustParseSemantic(m.Newest()).GreaterThan(cur) {
 		targets = append(targets, target{m.Newest(), "the latest version in the v" + m.Minor + " series"})
 	}
-	if m, ok := kubeadm.Next(cur); ok {
+	if m, ok := resolve.NextMinor(cur); ok {
 		targets = append(targets, target{m.Newest(), "the latest version of the next minor, v" + m.Minor})
 	}
 	for _, t := range targets {
 		up := availableUpgrade{Description: t.description, Version: t.version, Command: g.cmdline("run --to " + t.version),
 			Components: []availableComponent{}, RefusedBy: []checkJSON{}}
+		var target *resolve.Node
 		to, err := upgradedState(st, t.version)
 		if err != nil {
 			msg := err.Error()
 			up.Problem = &msg
 		} else {
-			up.RefusedBy = checksJSON(versions.UpgradePath(st, to))
+			target = resolve.Resolve(to)
+			up.RefusedBy = checksJSON(versions.UpgradePath(from, target))
 		}
 		for _, c := range st.Roster() {
 			if c == nodestate.KubeVIP {
 				continue // not versioned with Kubernetes; its image stays
 			}
-			ac := availableComponent{Component: c, Current: componentVersion(st, c), Target: "unknown", Image: "unknown"}
-			if to != nil {
-				ac.Target, ac.Image = componentVersion(to, c), to.Image(c)
+			ac := availableComponent{Component: c, Current: componentVersion(from, c), Target: "unknown", Image: "unknown"}
+			if target != nil {
+				ac.Target, ac.Image = componentVersion(target, c), target.Image(c)
 			}
 			up.Components = append(up.Components, ac)
 		}
@@ -131,10 +134,10 @@ func upgradedState(st *nodestate.NodeState, v string) (*nodestate.NodeState, err
 	return to, nil
 }
 
-// componentVersion is c's version on st as kubeadm prints it (v1.36.3;
+// componentVersion is c's version on n as kubeadm prints it (v1.36.3;
 // etcd 3.6.8), "unknown" when it cannot be told.
-func componentVersion(st *nodestate.NodeState, c string) string {
-	v, err := st.ComponentVersion(c)
+func componentVersion(n *resolve.Node, c string) string {
+	v, err := n.Version(c)
 	switch {
 	case err != nil || v == nil:
 		return "unknown"

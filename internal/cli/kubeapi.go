@@ -17,6 +17,7 @@ import (
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/kubeapi"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // apiSettings are the flags of the cluster's API server.
@@ -232,8 +233,8 @@ func (v *clusterView) ended(end engine.End) {
 		return
 	}
 	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
-		want, err := nodestate.KubeadmImage(now.ImageRepository, comp, now.KubernetesVersion)
-		if img := end.State.Image(comp); err == nil && img != want {
+		want, err := resolve.KubeadmImage(now.ImageRepository, comp, now.KubernetesVersion)
+		if img := resolve.Image(end.State, comp); err == nil && img != want {
 			v.g.log.Warn("kubeadm-config cannot say this node's image: kubeadm would run another from its ClusterConfiguration", "component", comp, "image", img, "kubeadm", want)
 		}
 	}
@@ -280,6 +281,6 @@ func clusterVersions(st *nodestate.NodeState) kubeapi.ClusterVersions {
 	return kubeapi.ClusterVersions{
 		KubernetesVersion: st.KubernetesVersion,
 		ImageRepository:   st.Repository(),
-		EtcdImage:         st.Image(nodestate.Etcd),
+		EtcdImage:         resolve.Image(st, nodestate.Etcd),
 	}
 }

@@ -15,14 +15,14 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/nodestate"
-	"github.com/ciq/stratum-upgrade/versions/kubeadm"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // kubernetesVersionAdvice is what to do about a target whose
 // kubernetesVersion kube-apiserver does not run at: name the image, or
 // upgrade by version, which moves every component.
 func (g *globals) kubernetesVersionAdvice(err error) string {
-	var kve *nodestate.KubernetesVersionError
+	var kve *resolve.KubernetesVersionError
 	if !errors.As(err, &kve) {
 		return ""
 	}
@@ -78,10 +78,10 @@ func (g *globals) warnUnknownPatch(cmd *cobra.Command) {
 	if err != nil {
 		return
 	}
-	m, ok := kubeadm.Lookup(v)
+	m, ok := resolve.LookupMinor(v)
 	if !ok || slices.Contains(m.Patches, f.Value.String()) {
 		return
 	}
 	fmt.Fprintf(g.stderr, "stratum-upgrade: warning: %s is not a known release of Kubernetes %s (known: %s, per %s): check that it exists before relying on its images\n",
-		f.Value.String(), m.Minor, strings.Join(m.Patches, ", "), kubeadm.PatchesSource())
+		f.Value.String(), m.Minor, strings.Join(m.Patches, ", "), resolve.PatchesSource())
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 func newInitCmd(g *globals) *cobra.Command {
@@ -123,7 +124,7 @@ func (g *globals) initDryRun(stateFile string, force bool) error {
 	if err != nil {
 		return err
 	}
-	if err := st.CheckKubernetesVersion(); err != nil {
+	if err := resolve.CheckKubernetesVersion(resolve.Resolve(st)); err != nil {
 		return fmt.Errorf("node state %s: %w", stateFile, err)
 	}
 	if err := g.initWouldRefuse(stateFile, force); err != nil {
@@ -184,7 +185,7 @@ func (g *globals) runInit(stateFile string, force, allAtOnce bool, opts engine.U
 	if err != nil {
 		return err
 	}
-	if err := st.CheckKubernetesVersion(); err != nil {
+	if err := resolve.CheckKubernetesVersion(resolve.Resolve(st)); err != nil {
 		return fmt.Errorf("node state %s: %w", stateFile, err)
 	}
 	return g.importState(st, stateFile, force, allAtOnce, opts)

@@ -4,9 +4,9 @@
 // apply` use), and the patch releases of each minor known when the table
 // was written (`plan` offers the newest).
 //
-// Each row names where it was read. It is a leaf package (no stratum
-// imports) so that the node state can derive etcd's default image from it.
-// docs/versions.md says how to add a minor.
+// Each row names where it was read. It is a leaf package, read only
+// through package resolve (which names a node's default etcd image from
+// it). docs/versions.md says how to add a minor.
 package kubeadm
 
 import (
