@@ -55,13 +55,18 @@ dist-check: ## build this machine's .deb, install it with dpkg, check the binary
 # real control plane (make test-real) and the three-node tests (make ha)
 # skip. Not root: the tests that need root, FUSE or a network namespace
 # skip, naming what they need.
+#
+# go test's output goes through slowest (internal/harness/cmd/slowest),
+# which passes it on as it comes and ends with the five slowest packages'
+# times; make test's exit status stays go test's (pipefail).
 SEED         := $(or $(STRATUM_SEED),$(shell date +%s%N))
 TEST_TIMEOUT ?= 30m
 PARALLEL     ?= 8
-test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full and a seeded sample of the others (about 6-7 minutes on 2 cores, warm caches)
+test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full and a seeded sample of the others; ends with the slowest packages' times (about 10 minutes on 2 cores, warm caches)
 	$(GO) test -count=1 -run '^$$' ./... >/dev/null
+	$(GO) build -o $(BIN)/slowest ./internal/harness/cmd/slowest
 	@echo "make test: fault matrices $(if $(filter full,$(STRATUM_MATRIX)),in full,sampled with seed $(SEED) (replay: make test STRATUM_SEED=$(SEED); every case: make crash))"
-	STRATUM_SEED=$(SEED) STRATUM_MATRIX=$(STRATUM_MATRIX) $(GO) test -parallel $(PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) ./...
+	STRATUM_SEED=$(SEED) STRATUM_MATRIX=$(STRATUM_MATRIX) $(GO) test -parallel $(PARALLEL) -count=1 -timeout $(TEST_TIMEOUT) ./... | $(BIN)/slowest -n 5
 
 # Everything CI runs (.ci/run calls it), in CI's order. The matrices run in
 # full inside make test's go test (STRATUM_MATRIX=full), not again after

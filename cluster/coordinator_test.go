@@ -14,31 +14,11 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
 )
 
-// connect is node's coordinator through member m of c (plain http).
-func connect(t *testing.T, c *etcdcluster.Cluster, m int, node string, mod func(*cluster.Config)) *cluster.Coordinator {
-	t.Helper()
-	cfg := cluster.Config{Local: etcddata.ClientConfig{Endpoint: c.Members[m].ClientURL, DialTimeout: 5 * time.Second}, Node: node, TTL: 2 * time.Second, Wait: time.Minute}
-	if mod != nil {
-		mod(&cfg)
-	}
-	co, err := cluster.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { co.Close() })
-	return co
-}
-
-func acquire(t *testing.T, co *cluster.Coordinator, kind, resume string) *cluster.Hold {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := co.Acquire(ctx, kind, resume)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
+// The set-ups shared with package cluster's tests (nodes_test.go).
+var (
+	connect = cluster.ConnectNode
+	acquire = cluster.AcquireNow
+)
 
 func TestConnectUsesEveryMember(t *testing.T) {
 	c := etcdcluster.Start(t, 3, "3.6")
@@ -159,11 +139,7 @@ func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 3, "3.6")
 	one := connect(t, c, 0, "node-1", nil)
-	h := acquire(t, one, "upgrade", "")
-	if err := h.Begin(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "planned"}); err != nil {
-		t.Fatal(err)
-	}
-	h.Phase(context.Background(), "applying")
+	cluster.OpenTxn(t, one, "t1")
 	one.Close() // a crash: no Release, the lease expires after its TTL
 
 	var waitedFor []string
@@ -184,21 +160,10 @@ func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 	}
 
 	patient := connect(t, c, 1, "node-2", nil)
-	got := make(chan error, 1)
-	go func() {
-		h, err := patient.Acquire(context.Background(), "upgrade", "")
-		if err == nil {
-			h.Release()
-		}
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		t.Fatalf("node-2 acquired (%v) while node-1's transaction is open", err)
-	case <-time.After(3 * time.Second):
-	}
+	got := cluster.AcquireLater(patient)
+	cluster.StillWaits(t, got, 3*time.Second, "node-2", "node-1's transaction is open")
 	again := connect(t, c, 0, "node-1", nil)
-	h = acquire(t, again, "upgrade", "t1")
+	h := acquire(t, again, "upgrade", "t1")
 	if err := h.Resumed(context.Background(), cluster.Progress{Txn: "t1", Kind: "upgrade", Phase: "applying"}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,14 +171,7 @@ func TestOpenTransactionOwnsTheRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Release()
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("node-2 after node-1's resume committed: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("node-2 still waits after node-1's transaction ended")
-	}
+	cluster.AcquiredWithin(t, got, 20*time.Second, "node-2", "node-1's resume committed")
 }
 
 // A rollback halts the rollout for every node, the one that rolled back
@@ -311,28 +269,14 @@ func TestAcquireRetriesWhileEtcdRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := make(chan error, 1)
-	go func() {
-		h, err := co.Acquire(context.Background(), "upgrade", "")
-		if err == nil {
-			h.Release()
-		}
-		got <- err
-	}()
+	got := cluster.AcquireLater(co)
 	time.Sleep(3 * time.Second)
 	for _, m := range c.Members[1:] {
 		if err := m.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("acquire across the outage: %v", err)
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatal("acquire did not return after etcd recovered")
-	}
+	cluster.AcquiredWithin(t, got, 90*time.Second, "node-1", "etcd recovered")
 }
 
 // A cluster that stays without quorum: Acquire gives up after Unreachable

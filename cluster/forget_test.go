@@ -9,42 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/ciq/stratum-upgrade/etcddata"
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
 )
-
-// forgetNode is node's coordinator on the one-member cluster c, with a
-// 2 s lease; mod adjusts its config.
-func forgetNode(t *testing.T, c *etcdcluster.Cluster, node string, mod func(*Config)) *Coordinator {
-	t.Helper()
-	cfg := Config{Local: etcddata.ClientConfig{Endpoint: c.Members[0].ClientURL, DialTimeout: 5 * time.Second}, Node: node, TTL: 2 * time.Second, Wait: time.Minute}
-	if mod != nil {
-		mod(&cfg)
-	}
-	co, err := Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { co.Close() })
-	return co
-}
-
-// openTxn has co's node begin txn and report phase applying, holding the
-// lock; the caller releases it or drops co as a crash would.
-func openTxn(t *testing.T, co *Coordinator, txn string) *Hold {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := co.Acquire(ctx, "upgrade", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Begin(ctx, Progress{Txn: txn, Kind: "upgrade", Phase: "planned"}); err != nil {
-		t.Fatal(err)
-	}
-	h.Phase(ctx, "applying")
-	return h
-}
 
 // progressKey is node's progress key and its revision, read directly.
 func progressKey(t *testing.T, cli *clientv3.Client, node string) (Progress, int64) {
@@ -67,9 +33,9 @@ func progressKey(t *testing.T, cli *clientv3.Client, node string) (Progress, int
 func TestForgetLetsTheRolloutGoOn(t *testing.T) {
 	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 1, "3.6")
-	one := forgetNode(t, c, "node-1", nil)
-	openTxn(t, one, "t1")
-	two := forgetNode(t, c, "node-2", nil)
+	one := ConnectNode(t, c, 0, "node-1", nil)
+	OpenTxn(t, one, "t1")
+	two := ConnectNode(t, c, 0, "node-2", nil)
 
 	_, err := two.Forget(context.Background(), "node-1", "its disk died")
 	var alive *AliveError
@@ -89,20 +55,9 @@ func TestForgetLetsTheRolloutGoOn(t *testing.T) {
 	}
 
 	one.Close() // node-1 dies: no Release, its lease expires after 2 s
-	three := forgetNode(t, c, "node-3", func(cfg *Config) { cfg.Wait = 45 * time.Second })
-	waited := make(chan error, 1)
-	go func() {
-		h, err := three.Acquire(context.Background(), "upgrade", "")
-		if err == nil {
-			h.Release()
-		}
-		waited <- err
-	}()
-	select {
-	case err := <-waited:
-		t.Fatalf("node-3 acquired (%v) while node-1's transaction is open", err)
-	case <-time.After(4 * time.Second): // past node-1's lease
-	}
+	three := ConnectNode(t, c, 0, "node-3", func(cfg *Config) { cfg.Wait = 45 * time.Second })
+	waited := AcquireLater(three)
+	StillWaits(t, waited, 4*time.Second, "node-3", "node-1's transaction is open") // past node-1's lease
 
 	// node-3's waiting takes and drops the lock every second meanwhile:
 	// Forget rides that out.
@@ -119,14 +74,7 @@ func TestForgetLetsTheRolloutGoOn(t *testing.T) {
 		!strings.Contains(p.Reason, "node-2") || !strings.Contains(p.Reason, "its disk died") || rev != res.Revision {
 		t.Fatalf("node-1's progress after forget (revision %d, result's %d): %+v %+v", rev, res.Revision, p, f)
 	}
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("node-3 after node-1 was forgotten: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("node-3 still waits after node-1 was forgotten")
-	}
+	AcquiredWithin(t, waited, 20*time.Second, "node-3", "node-1 was forgotten")
 
 	// Forgetting it again is nothing to do, and writes nothing.
 	again, err := two.Forget(context.Background(), "node-1", "again")
@@ -143,14 +91,14 @@ func TestForgetLetsTheRolloutGoOn(t *testing.T) {
 // transaction ended.
 func TestForgetRefusesBadInput(t *testing.T) {
 	c := etcdcluster.Start(t, 1, "3.6")
-	two := forgetNode(t, c, "node-2", nil)
-	h := openTxn(t, two, "t2")
+	two := ConnectNode(t, c, 0, "node-2", nil)
+	h := OpenTxn(t, two, "t2")
 	if err := h.End(context.Background(), "committed", ""); err != nil {
 		t.Fatal(err)
 	}
 	h.Release()
-	one := forgetNode(t, c, "node-1", nil)
-	openTxn(t, one, "t1").Release()
+	one := ConnectNode(t, c, 0, "node-1", nil)
+	OpenTxn(t, one, "t1").Release()
 	cli := c.Client(t)
 	_, rev1 := progressKey(t, cli, "node-1")
 	_, rev2 := progressKey(t, cli, "node-2")
@@ -188,9 +136,9 @@ func TestForgetRefusesBadInput(t *testing.T) {
 // the lock) is not forgotten, and what it wrote stays.
 func TestForgetLosesTheRaceToALiveNode(t *testing.T) {
 	c := etcdcluster.Start(t, 1, "3.6")
-	one := forgetNode(t, c, "node-1", nil)
-	openTxn(t, one, "t1").Release() // as if its lease had expired
-	two := forgetNode(t, c, "node-2", nil)
+	one := ConnectNode(t, c, 0, "node-1", nil)
+	OpenTxn(t, one, "t1").Release() // as if its lease had expired
+	two := ConnectNode(t, c, 0, "node-2", nil)
 	t.Cleanup(func() { forgetSeam = nil })
 
 	// Its resume writes its progress in between.
@@ -217,7 +165,7 @@ func TestForgetLosesTheRaceToALiveNode(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		var err error
-		if h, err = forgetNode(t, c, "node-1", nil).Acquire(ctx, "upgrade", "t1"); err != nil {
+		if h, err = ConnectNode(t, c, 0, "node-1", nil).Acquire(ctx, "upgrade", "t1"); err != nil {
 			t.Error(err)
 		}
 	}
@@ -240,13 +188,13 @@ func TestForgetLosesTheRaceToALiveNode(t *testing.T) {
 func TestForgottenNodeResumeWaitsItsTurn(t *testing.T) {
 	t.Parallel() // a cluster of its own; most of it is waiting on leases and elections
 	c := etcdcluster.Start(t, 1, "3.6")
-	one := forgetNode(t, c, "node-1", func(cfg *Config) { cfg.Wait = 3 * time.Second })
-	openTxn(t, one, "t1").Release()
-	two := forgetNode(t, c, "node-2", nil)
+	one := ConnectNode(t, c, 0, "node-1", func(cfg *Config) { cfg.Wait = 3 * time.Second })
+	OpenTxn(t, one, "t1").Release()
+	two := ConnectNode(t, c, 0, "node-2", nil)
 	if _, err := two.Forget(context.Background(), "node-1", "unreachable for an hour"); err != nil {
 		t.Fatal(err)
 	}
-	h2 := openTxn(t, two, "t2")
+	h2 := OpenTxn(t, two, "t2")
 	h2.Release() // node-2's transaction stays open (a crash)
 
 	_, err := one.Acquire(context.Background(), "upgrade", "t1")

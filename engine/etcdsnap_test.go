@@ -187,14 +187,7 @@ func TestEtcdSnapshotCrashMatrix(t *testing.T) {
 				writeMemberWAL(t, n.st.Etcd.DataDir, v2Delete)
 				forced := 0
 				n.onEvent = n.etcdSnapshots(&forced)
-				n.before = n.manifests()
-				fired := false
-				if _, died := survive(func() error {
-					_, err := n.engine(crashAt(pt, &fired)).Run(t.Context(), release(n.st, true, "", ""), nil)
-					return err
-				}); !died {
-					t.Fatalf("the upgrade never reached %s", pt)
-				}
+				n.upgradeCrashedAt(pt)
 				n.crash(reboot)
 				n.resume(Committed)
 				if forced != 1 {

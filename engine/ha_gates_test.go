@@ -40,9 +40,7 @@ func TestHAAlarmRaisedDuringARollback(t *testing.T) {
 	c, fs := haCluster(t)
 	l, members := haload.Start(t, c), haload.StartMembers(t, c)
 	n1 := fs[0]
-	dl := testDeadlines
-	dl.Replace, dl.Active = 10*time.Second, 4*time.Second
-	n1.e = n1.engine(n1.node.Scanner, dl)
+	n1.shortDeadlines()
 	cli := etcdclient.New(t, n1.node)
 	alarmed := memberIDOf(t, cli, fs[1].node.State.Etcd.MemberName)
 	var back func()

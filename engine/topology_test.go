@@ -87,26 +87,6 @@ func TestKubeadmInitNodeIsOneOfThree(t *testing.T) {
 	}
 }
 
-// TestTopologyUnknownRefuses: etcd does not answer and the node has no
-// record of its member count: a run is refused with ErrTopologyUnknown,
-// nothing begun, rather than guessed to be a single member.
-func TestTopologyUnknownRefuses(t *testing.T) {
-	n := newMemNode(t)
-	if err := os.Remove(filepath.Join(n.root, "state", cluster.MembersFile)); err != nil {
-		t.Fatal(err)
-	}
-	n.etcdClient = func(*nodestate.NodeState) etcddata.ClientConfig {
-		return etcddata.ClientConfig{Endpoint: "http://127.0.0.1:1", DialTimeout: time.Second}
-	}
-	res, err := n.engine(nil).Run(t.Context(), release(n.st, false, "", ""), nil)
-	if !errors.Is(err, ErrTopologyUnknown) || res.Txn != "" {
-		t.Fatalf("Run: %+v %v; want ErrTopologyUnknown and no transaction", res, err)
-	}
-	if open, _ := n.j.OpenTxn(); open != nil {
-		t.Fatalf("transaction %s left open", open.ID)
-	}
-}
-
 // TestResumedEtcdStepPassesTheGate: a crash after etcd's step was marked
 // and before its member was stopped, then a reboot (kubelet runs the old
 // etcd again) while another member went down. The resumed step passes the
@@ -117,14 +97,7 @@ func TestTopologyUnknownRefuses(t *testing.T) {
 func TestResumedEtcdStepPassesTheGate(t *testing.T) {
 	c := etcdcluster.Start(t, 3, "3.6")
 	n := memberNode(t, c)
-	n.before = n.manifests()
-	fired := false
-	if _, died := survive(func() error {
-		_, err := n.engine(crashAt(fault.BeforeWrite.Of(nodestate.Etcd), &fired)).Run(t.Context(), release(n.st, true, "", ""), nil)
-		return err
-	}); !died {
-		t.Fatal("the run never reached before-write:etcd")
-	}
+	n.upgradeCrashedAt(fault.BeforeWrite.Of(nodestate.Etcd))
 	n.crash(true)
 	if err := c.Members[2].Kill(); err != nil {
 		t.Fatal(err)
@@ -147,12 +120,8 @@ func TestResumedEtcdStepPassesTheGate(t *testing.T) {
 	if err := c.Members[2].Start(); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := n.engine(nil).Resume(t.Context()); err != nil || res.Outcome != Committed {
-		t.Fatalf("resume with every member back: %+v %v; want committed", res, err)
-	}
-	for _, p := range n.converged(Committed) {
-		t.Error(p)
-	}
+	n.resume(Committed)
+	n.expectConverged(Committed)
 }
 
 // TestStopOfEtcdPassesTheGate: a stop of a member of three, with another
@@ -185,24 +154,13 @@ func TestStopOfEtcdPassesTheGate(t *testing.T) {
 // and resume finishes it as a single member.
 func TestTopologyFromTheJournaledBackup(t *testing.T) {
 	n := newMemNode(t)
-	n.before = n.manifests()
-	fired := false
-	if _, died := survive(func() error {
-		_, err := n.engine(crashAt(fault.AfterStop.Of(nodestate.Etcd), &fired)).Run(t.Context(), release(n.st, true, "", ""), nil)
-		return err
-	}); !died {
-		t.Fatal("the run never reached after-stop:etcd")
-	}
+	n.upgradeCrashedAt(fault.AfterStop.Of(nodestate.Etcd))
 	n.crash(false)
 	if err := os.Remove(filepath.Join(n.root, "state", cluster.MembersFile)); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := n.engine(nil).Resume(t.Context()); err != nil || res.Outcome != Committed {
-		t.Fatalf("resume: %+v %v; want committed as a single member", res, err)
-	}
-	for _, p := range n.converged(Committed) {
-		t.Error(p)
-	}
+	n.resume(Committed)
+	n.expectConverged(Committed)
 }
 
 // unknownTopology leaves n with no member count kept and an etcd that
@@ -217,29 +175,42 @@ func unknownTopology(t *testing.T, n *memNode) {
 	}
 }
 
-// TestTopologyUnknownStopRefusesAsUnknown: with the member count unknown,
-// a stop of kube-apiserver is refused with ErrTopologyUnknown, not as the
-// stop of "the only control-plane node" (the node may be one of several);
-// a rollback --last of a start of kube-apiserver the same.
-func TestTopologyUnknownStopRefusesAsUnknown(t *testing.T) {
-	n := newMemNode(t)
-	if res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.KubeAPIServer}, StopOptions{AllowControlPlaneDown: true}); err != nil || res.Outcome != Committed {
-		t.Fatalf("stop kube-apiserver on the single member: %+v %v", res, err)
-	}
-	if res, err := n.engine(nil).Start(t.Context(), []string{nodestate.KubeAPIServer}); err != nil || res.Outcome != Committed {
-		t.Fatalf("start kube-apiserver: %+v %v", res, err)
-	}
-	unknownTopology(t, n)
-	res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.KubeAPIServer}, StopOptions{})
-	if !errors.Is(err, ErrTopologyUnknown) || errors.Is(err, ErrControlPlaneDown) || res.Txn != "" {
-		t.Errorf("stop with the topology unknown: %+v %v; want ErrTopologyUnknown, no transaction", res, err)
-	}
-	res, err = n.engine(nil).RollbackLast(t.Context())
-	if !errors.Is(err, ErrTopologyUnknown) || errors.Is(err, ErrControlPlaneDown) || res.Txn != "" {
-		t.Errorf("rollback --last of the start with the topology unknown: %+v %v; want ErrTopologyUnknown, no transaction", res, err)
-	}
-	if open, _ := n.j.OpenTxn(); open != nil {
-		t.Fatalf("transaction %s left open", open.ID)
+// TestTopologyUnknownRefuses: etcd does not answer and the node has no
+// record of its member count. A run, a stop of kube-apiserver and a
+// rollback --last of a start of it are each refused with
+// ErrTopologyUnknown, nothing begun: the node is not guessed to be a
+// single member, nor is the stop refused as that of "the only
+// control-plane node" (the node may be one of several).
+func TestTopologyUnknownRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		do   func(*memNode) (Result, error)
+	}{
+		{"run", func(n *memNode) (Result, error) {
+			return n.engine(nil).Run(n.t.Context(), release(n.st, false, "", ""), nil)
+		}},
+		{"stop kube-apiserver", func(n *memNode) (Result, error) {
+			return n.engine(nil).Stop(n.t.Context(), []string{nodestate.KubeAPIServer}, StopOptions{})
+		}},
+		{"rollback --last of a start", func(n *memNode) (Result, error) { return n.engine(nil).RollbackLast(n.t.Context()) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newMemNode(t)
+			if res, err := n.engine(nil).Stop(t.Context(), []string{nodestate.KubeAPIServer}, StopOptions{AllowControlPlaneDown: true}); err != nil || res.Outcome != Committed {
+				t.Fatalf("stop kube-apiserver on the single member: %+v %v", res, err)
+			}
+			if res, err := n.engine(nil).Start(t.Context(), []string{nodestate.KubeAPIServer}); err != nil || res.Outcome != Committed {
+				t.Fatalf("start kube-apiserver: %+v %v", res, err)
+			}
+			unknownTopology(t, n)
+			res, err := c.do(n)
+			if !errors.Is(err, ErrTopologyUnknown) || errors.Is(err, ErrControlPlaneDown) || res.Txn != "" {
+				t.Fatalf("%s with the topology unknown: %+v %v; want ErrTopologyUnknown, no transaction", c.name, res, err)
+			}
+			if open, _ := n.j.OpenTxn(); open != nil {
+				t.Fatalf("transaction %s left open", open.ID)
+			}
+		})
 	}
 }
 

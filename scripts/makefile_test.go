@@ -1,7 +1,9 @@
 package scripts
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,6 +35,38 @@ func TestFiguresWriteDocsOnlyWhenAsked(t *testing.T) {
 			if out := makeN(t, args...); !strings.Contains(out, "-doc docs/performance.md") {
 				t.Errorf("make %s would not write docs/performance.md:\n%s", strings.Join(args, " "), out)
 			}
+		}
+	}
+}
+
+// TestMakeTestKeepsGoTestsStatus: make test passes go test's output on
+// whole, failures included, ends with the slowest packages' times, and
+// fails when go test fails (the pipe into slowest must not hide it). A
+// stand-in for go runs the tests; slowest is built by the real one.
+func TestMakeTestKeepsGoTestsStatus(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("needs make")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs go")
+	}
+	fake := filepath.Join(t.TempDir(), "go")
+	script := "#!/bin/sh\n" +
+		"[ \"$1\" = test ] || exec " + goBin + " \"$@\"\n" +
+		"case \"$*\" in *'-run ^$'*) exit 0;; esac\n" +
+		"printf 'ok  \\texample.com/fast\\t1.5s\\n--- FAIL: TestX (0.00s)\\nFAIL\\texample.com/slow\\t30.0s\\n'\n" +
+		"exit 1\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("make", "-C", "..", "test", "GO="+fake, "STRATUM_SEED=1").CombinedOutput()
+	if err == nil {
+		t.Errorf("make test passed though go test failed:\n%s", out)
+	}
+	for _, want := range []string{"--- FAIL: TestX", "slowest packages:\n    30.0s  example.com/slow (FAIL)\n     1.5s  example.com/fast\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("make test's output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -8,10 +8,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,7 +25,6 @@ import (
 	"github.com/ciq/stratum-upgrade/internal/harness/haload"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubeadmcluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
-	"github.com/ciq/stratum-upgrade/nodestate"
 )
 
 // The release kubeadm made the cluster with, and the next one it is
@@ -63,9 +60,7 @@ type kubeadmHA struct {
 // client.
 func startKubeadmHA(t *testing.T) *kubeadmHA {
 	t.Helper()
-	if os.Getenv("STRATUM_HA") == "" {
-		t.Skip("three-node cluster: run make ha (STRATUM_HA=1)")
-	}
+	needHA(t)
 	k := &kubeadmHA{c: kubeadmcluster.Start(t, kubeadmFrom)}
 	for i, n := range k.c.Nodes {
 		c := &cliNode{t: t, node: n, stateDir: filepath.Join(n.Root, "stratum"), metrics: filepath.Join(n.Root, "stratum-upgrade.prom")}
@@ -80,13 +75,7 @@ func startKubeadmHA(t *testing.T) *kubeadmHA {
 		t.Fatal(err)
 	}
 	k.rel = filepath.Join(k.c.Nodes[0].Root, "next.yaml")
-	doc := fmt.Sprintf("apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: %s\nimages:\n  etcd: %s\n", kubeadmTo, etcd)
-	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
-		doc += fmt.Sprintf("  %s: %s:%s\n", comp, testbed.Repos[comp], kubeadmTo)
-	}
-	if err := os.WriteFile(k.rel, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeRelease(t, k.rel, kubeadmTo, etcd, func(comp string) string { return testbed.Repos[comp] + ":" + kubeadmTo })
 	k.members = haload.StartMembers(t, k.c.Cluster)
 	k.load = haload.Start(t, k.c.Cluster)
 	return k

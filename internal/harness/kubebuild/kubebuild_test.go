@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
 )
 
 func TestTool(t *testing.T) {
@@ -67,39 +69,58 @@ func TestBinaries(t *testing.T) {
 }
 
 // TestToolProgramsIdentical: every tool module holds its own copy of flagdump
-// (the control-plane versions only), kubeletuid and kubeadmetcd (a module
-// cannot import a package of another without a module dependency on it,
-// and each must build against its own Kubernetes). The copies must not
-// drift: a fix to one is a fix to all. kubeletuid's source.go, the wiring
-// of kubelet's file source, differs by minor as kubelet's API does.
+// (the control-plane versions only), kubeletuid, kubeadmetcd and, where it
+// has one, the kubeletrules test (a module cannot import a package of
+// another without a module dependency on it, and each must build against
+// its own Kubernetes). The copies must not drift: a fix to one is a fix to
+// all. kubeletuid's source.go and kubeletrules' source_test.go, the wiring
+// of kubelet's file source, differ by minor as kubelet's API does.
 func TestToolProgramsIdentical(t *testing.T) {
+	root, err := build.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := filepath.Glob(filepath.Join(root, "internal/harness/tools/*/kubeletrules/rules_test.go"))
+	if err != nil || len(rules) < 2 {
+		t.Fatalf("kubeletrules tests: %v, %v", rules, err)
+	}
 	for _, prog := range []struct {
-		dir      string
-		versions []string
+		name  string
+		files []string
 	}{
-		{"flagdump", Versions},
-		{"kubeletuid", KubeadmVersions()},
-		{"kubeadmetcd", KubeadmVersions()},
+		{"flagdump", toolFiles(t, Versions, "flagdump/main.go")},
+		{"kubeletuid", toolFiles(t, KubeadmVersions(), "kubeletuid/main.go")},
+		{"kubeadmetcd", toolFiles(t, KubeadmVersions(), "kubeadmetcd/main.go")},
+		{"kubeletrules", rules},
 	} {
-		var first, firstDir string
-		for _, v := range prog.versions {
-			tool, err := moduleTool(v)
+		first, err := os.ReadFile(prog.files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range prog.files[1:] {
+			b, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(filepath.Join(tool.ModuleDir, prog.dir, "main.go"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if firstDir == "" {
-				first, firstDir = string(b), tool.ModuleDir
-				continue
-			}
-			if string(b) != first {
-				t.Errorf("%s/%s/main.go differs from %s/%s/main.go: copy the fixed one over the other", tool.ModuleDir, prog.dir, firstDir, prog.dir)
+			if string(b) != string(first) {
+				t.Errorf("%s: %s differs from %s: copy the fixed one over the other", prog.name, f, prog.files[0])
 			}
 		}
 	}
+}
+
+// toolFiles is the file rel of each version's tool module.
+func toolFiles(t *testing.T, versions []string, rel string) []string {
+	t.Helper()
+	var files []string
+	for _, v := range versions {
+		tool, err := moduleTool(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, filepath.Join(tool.ModuleDir, rel))
+	}
+	return files
 }
 
 // TestKubeadmBinaries checks each version's kubeadm build, the

@@ -6,7 +6,11 @@
 // first line says, the line kubeletpod's own test holds Check to. So a rule
 // of Check that kubelet does not follow fails here, on kubelet's code.
 //
-//	cd internal/harness/tools/kube136 && CGO_ENABLED=0 GOWORK=off go test -trimpath ./kubeletrules
+// This file is the same in every tool module that has the test (kubebuild's
+// TestToolProgramsIdentical); source_test.go, the wiring of kubelet's file
+// source, differs by minor as kubelet's API does.
+//
+//	cd internal/harness/tools/<module> && CGO_ENABLED=0 GOWORK=off go test -trimpath ./kubeletrules
 package kubeletrules
 
 import (
@@ -22,11 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
-	"k8s.io/kubernetes/pkg/kubelet/config"
 	kubetypes "k8s.io/kubernetes/pkg/kubelet/types"
-	kubeletutil "k8s.io/kubernetes/pkg/kubelet/util"
 )
 
 // cases is the product's case directory, from this package's directory.
@@ -103,10 +103,10 @@ func read(path string, timeout time.Duration) (*v1.Pod, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	errs := make(chan error, 1)
-	cfg := config.NewPodConfig(&record.FakeRecorder{}, kubeletutil.NewPodStartupLatencyTracker())
-	config.NewSourceFile(logr.New(errSink{errs}), path, types.NodeName("cp-1"), time.Hour, cfg.Channel(ctx, kubetypes.FileSource))
+	updates, stop := fileSource(ctx, logr.New(errSink{errs}), path)
+	defer stop()
 	select {
-	case u := <-cfg.Updates():
+	case u := <-updates:
 		if u.Op != kubetypes.ADD || len(u.Pods) != 1 {
 			return nil, fmt.Errorf("kubelet's file source sent op %v with %d pods first, want ADD of one", u.Op, len(u.Pods))
 		}
