@@ -25,7 +25,8 @@ import (
 // no member more than one minor behind: every member must report, in its
 // status, at least this member's source minor. etcd does not support
 // members two minors apart (and 3.7 cannot replay the v2 entries 3.5
-// writes). A member whose version cannot be read pauses the run.
+// writes). A member whose version cannot be read refuses too, but that
+// refusal may be ignored: it is unknown, not known to be unsupported.
 const CheckEtcdMemberSkew = "EtcdMemberSkew"
 
 // CheckAPIServerSkew is the check that a kube-apiserver minor move leaves
@@ -88,15 +89,20 @@ func (e *Engine) etcdMemberSkew(ctx context.Context, st, to *nodestate.NodeState
 		return nil, fmt.Errorf("%w: etcd %s -> %s waits: the members' etcd versions cannot be read (%v); nothing was written, run it again once etcd answers", ErrInterrupted, from, next, err)
 	}
 	below, unknown := h.Below(from)
+	var out []versions.Finding
+	if len(below) > 0 {
+		out = append(out, versions.Finding{Check: CheckEtcdMemberSkew, Component: nodestate.Etcd, Unsupported: true, Message: fmt.Sprintf(
+			"etcd member %s runs below %s: moving this member to %s would leave it two minors behind, which etcd does not support, and this cannot be ignored; upgrade it to %s first",
+			strings.Join(below, ", "), from, next, from)})
+	}
 	if len(unknown) > 0 {
-		return nil, fmt.Errorf("%w: etcd %s -> %s waits: the etcd version of member %s cannot be read, and this member moves only once every member runs %s or later; nothing was written, run it again once it answers", ErrInterrupted, from, next, strings.Join(unknown, ", "), from)
+		// Unknown is not known to be unsupported: refused, but an operator
+		// who knows the member's version may let it through.
+		out = append(out, versions.Finding{Check: CheckEtcdMemberSkew, Component: nodestate.Etcd, Message: fmt.Sprintf(
+			"the etcd version of member %s cannot be read, and this member moves to %s only once every member runs %s or later: bring it back and run again",
+			strings.Join(unknown, ", "), next, from)})
 	}
-	if len(below) == 0 {
-		return nil, nil
-	}
-	return []versions.Finding{{Check: CheckEtcdMemberSkew, Component: nodestate.Etcd, Unsupported: true, Message: fmt.Sprintf(
-		"etcd member %s runs below %s: moving this member to %s would leave it two minors behind, which etcd does not support, and this cannot be ignored; upgrade it to %s first",
-		strings.Join(below, ", "), from, next, from)}}, nil
+	return out, nil
 }
 
 // apiServerSkew is the APIServerSkew check of a move from st to to: a

@@ -265,9 +265,12 @@ func TestHARollbackHaltsTheRollout(t *testing.T) {
 }
 
 // TestHAGateRefusesWithoutQuorumMargin: with node-3's whole node down, the
-// cluster would lose quorum were node-1's etcd member stopped too. The
-// gate refuses before etcd is touched (the same etcd process still runs),
-// the transaction rolls back naming node-3, and the rollout halts.
+// cluster would lose quorum were node-1's etcd member stopped too. First
+// the pre-flight under the lock refuses: node-3's etcd version cannot be
+// read (EtcdMemberSkew), nothing is written and nothing halts. Let through
+// (the operator knows node-3's version), the gate refuses before etcd is
+// touched (the same etcd process still runs), the transaction rolls back
+// naming node-3, and the rollout halts.
 func TestHAGateRefusesWithoutQuorumMargin(t *testing.T) {
 	c, fs := haCluster(t)
 	if err := c.Nodes[2].Stop(); err != nil {
@@ -282,6 +285,14 @@ func TestHAGateRefusesWithoutQuorumMargin(t *testing.T) {
 		t.Fatalf("node-1's etcd: %v %v", before, err)
 	}
 	res, err := fs[0].e.Run(t.Context(), haRelease(fs[0].node.State, "", ""), nil)
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !slices.Equal(checks(pe.Failed), []string{CheckEtcdMemberSkew}) || !strings.Contains(err.Error(), "node-3") || res.Txn != "" {
+		t.Fatalf("node-1: %+v %v, want refused by %s naming node-3, no transaction", res, err, CheckEtcdMemberSkew)
+	}
+	if v := view(t, fs[1]); v.Halt != nil {
+		t.Fatalf("rollout %+v: a refused pre-flight halted it", v)
+	}
+	res, err = fs[0].e.RunWith(t.Context(), haRelease(fs[0].node.State, "", ""), nil, UpgradeOptions{IgnorePreflight: []string{CheckEtcdMemberSkew}})
 	if res.Outcome != RolledBack || !strings.Contains(res.Reason, "node-3") || !errors.Is(err, ErrRolledBack) {
 		t.Fatalf("node-1: %+v %v, want rolled back by the gate naming node-3", res, err)
 	}
