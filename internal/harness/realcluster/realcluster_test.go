@@ -1,0 +1,157 @@
+package realcluster
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnvRealCluster runs the real cluster's tests (make real-cluster); plain
+// go test skips them.
+const EnvRealCluster = "STRATUM_REAL_CLUSTER"
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if os.Getenv(EnvRealCluster) != "1" {
+		t.Skip("the real kubeadm cluster: make real-cluster (" + EnvRealCluster + "=1, root)")
+	}
+	if err := Supported(); err != nil {
+		t.Skipf("the real kubeadm cluster: %v", err)
+	}
+}
+
+// start is Start with the cluster stopped at the test's end, checking that
+// nothing of it is left on the machine.
+func start(t *testing.T, ctx context.Context, nodes int) *Cluster {
+	t.Helper()
+	c, err := Start(ctx, Options{Nodes: nodes, Logf: t.Logf})
+	if c != nil {
+		t.Cleanup(func() {
+			if err := c.Stop(); err != nil {
+				t.Errorf("teardown: %v", err)
+			}
+			if left := Leftovers(c.Dir); len(left) > 0 {
+				t.Errorf("left on the machine after teardown: %s", strings.Join(left, "; "))
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestNodeUpAndDown: a node is its own network, mount and UTS namespaces
+// (its address, its hostname, kubeadm's paths bound to its own
+// directories) with its own containerd; its teardown leaves nothing.
+func TestNodeUpAndDown(t *testing.T) {
+	needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := start(t, ctx, 1)
+	n := c.Nodes[0]
+	out, err := n.Command("sh", "-c", "hostname; ip -4 -o addr show dev eth0; echo node > /etc/kubernetes/who").CombinedOutput()
+	if err != nil {
+		t.Fatalf("in the node: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), n.Name+"\n") || !strings.Contains(string(out), n.Address+"/24") {
+		t.Errorf("node's hostname and address: %q, want %s and %s", out, n.Name, n.Address)
+	}
+	if b, err := os.ReadFile(n.HostPath("/etc/kubernetes/who")); err != nil || string(b) != "node\n" {
+		t.Errorf("/etc/kubernetes in the node is not its own directory: %q, %v", b, err)
+	}
+	if _, err := os.Stat("/etc/kubernetes/who"); err == nil {
+		t.Errorf("the node's /etc/kubernetes/who is on the host's /etc/kubernetes")
+	}
+	if _, err := n.Ctr(ctx, "version"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)
+	if err := c.Stop(); err != nil {
+		t.Fatalf("teardown: %v", err)
+	}
+	if left := Leftovers(c.Dir); len(left) > 0 {
+		t.Fatalf("left on the machine after teardown: %s", strings.Join(left, "; "))
+	}
+}
+
+// envHelper makes the test binary a child that starts a cluster and waits
+// to be signalled (TestInterruptTearsDown, TestKilledRunCleanedUp).
+const envHelper = "STRATUM_REAL_CLUSTER_HELPER"
+
+func TestHelperCluster(t *testing.T) {
+	if os.Getenv(envHelper) != "1" {
+		t.Skip("a child of TestInterruptTearsDown and TestKilledRunCleanedUp")
+	}
+	c, err := Start(context.Background(), Options{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(c.Dir+".up", nil, 0o644)
+	time.Sleep(time.Minute)
+}
+
+// child starts TestHelperCluster and waits until its cluster is up.
+func child(t *testing.T) *exec.Cmd {
+	t.Helper()
+	up := DefaultDir + ".up"
+	_ = os.Remove(up)
+	t.Cleanup(func() { _ = os.Remove(up) })
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperCluster$", "-test.v")
+	cmd.Env = append(os.Environ(), envHelper+"=1")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(up); err == nil {
+			return cmd
+		}
+		if i > 300 {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("the child's cluster did not come up in 30 s: %s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestInterruptTearsDown: a run interrupted (SIGINT, as ^C or go test's
+// timeout) tears its cluster down before it exits.
+func TestInterruptTearsDown(t *testing.T) {
+	needCluster(t)
+	cmd := child(t)
+	if len(Leftovers(DefaultDir)) == 0 {
+		t.Fatal("the child's cluster is not there to interrupt")
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+	if left := Leftovers(DefaultDir); len(left) > 0 {
+		t.Errorf("left on the machine after SIGINT: %s", strings.Join(left, "; "))
+		_ = cleanStale(DefaultDir)
+	}
+}
+
+// TestKilledRunCleanedUp: what a SIGKILLed run leaves (its namespaces,
+// bridge, cgroups, directories) the next Start removes, and that run's
+// Stop leaves nothing.
+func TestKilledRunCleanedUp(t *testing.T) {
+	needCluster(t)
+	cmd := child(t)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(Leftovers(DefaultDir)) == 0 {
+		t.Fatal("a SIGKILLed run left nothing: the cleanup is not exercised")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := start(t, ctx, 1)
+	if len(c.Nodes) != 1 || netnsPIDs(NetNS(2)) != nil {
+		t.Errorf("the killed run's second node is still there")
+	}
+}
