@@ -18,11 +18,14 @@ import (
 )
 
 // NodePaths are the host paths each node sees bound to a directory of its
-// own (Node.HostPath): kubeadm's fixed paths, and those containerd and
-// kubelet write outside their configured roots.
+// own (Node.HostPath): kubeadm's fixed paths, and those containerd (its
+// opt plugin's /opt/containerd), kubelet and the control-plane pods'
+// DirectoryOrCreate volumes (kube-controller-manager's flexvolume
+// directory) write outside their configured roots.
 var NodePaths = []string{
 	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd",
 	"/run/containerd", "/var/log/pods", "/var/log/containers",
+	"/opt/containerd", "/usr/libexec/kubernetes",
 }
 
 // Node is one control-plane node: everything it runs is inside its

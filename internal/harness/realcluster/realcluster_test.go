@@ -28,13 +28,26 @@ func needCluster(t *testing.T) {
 // nothing of it is left on the machine.
 func start(t *testing.T, ctx context.Context, nodes int) *Cluster {
 	t.Helper()
+	hostPaths := []string{"/opt/containerd", "/usr/libexec/kubernetes", "/etc/pki"}
+	var missing []string
+	for _, p := range append(hostPaths, NodePaths...) {
+		if _, err := os.Lstat(p); err != nil {
+			missing = append(missing, p)
+		}
+	}
 	c, err := Start(ctx, Options{Nodes: nodes, Logf: t.Logf})
 	if c != nil {
 		t.Cleanup(func() {
 			if err := c.Stop(); err != nil {
 				t.Errorf("teardown: %v", err)
 			}
-			if left := Leftovers(c.Dir); len(left) > 0 {
+			left := Leftovers(c.Dir)
+			for _, p := range missing {
+				if _, err := os.Lstat(p); err == nil {
+					left = append(left, "host path "+p+" (missing before the cluster)")
+				}
+			}
+			if len(left) > 0 {
 				t.Errorf("left on the machine after teardown: %s", strings.Join(left, "; "))
 			}
 		})
@@ -71,12 +84,6 @@ func TestNodeUpAndDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)
-	if err := c.Stop(); err != nil {
-		t.Fatalf("teardown: %v", err)
-	}
-	if left := Leftovers(c.Dir); len(left) > 0 {
-		t.Fatalf("left on the machine after teardown: %s", strings.Join(left, "; "))
-	}
 }
 
 // envHelper makes the test binary a child that starts a cluster and waits
