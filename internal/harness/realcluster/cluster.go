@@ -24,8 +24,9 @@ import (
 // at a time uses it (a lock beside it), as the names of net.go are fixed.
 const DefaultDir = "/tmp/stratum-rc"
 
-// PauseImage is the sandbox image every node's containerd runs pods in.
-const PauseImage = "registry.k8s.io/pause:3.10.1"
+// PauseImage is the sandbox image every node's containerd runs pods in:
+// the one kubeadm v1.36.3 names.
+const PauseImage = "registry.k8s.io/pause:3.10.2"
 
 // Options configure Start.
 type Options struct {
@@ -47,7 +48,12 @@ type Cluster struct {
 	// took, in order.
 	Timings []Timing
 
+	// Token and CertificateKey are the bootstrap token and the key of the
+	// uploaded certificates (Init), which Join uses.
+	Token, CertificateKey string
+
 	registry *daemon
+	lb       *balancer
 	created  []string // mount points made on the host
 	unlock   func()
 	logf     func(string, ...any)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ciq/stratum-upgrade/e2e"
 	"time"
 )
 
@@ -161,4 +163,78 @@ func TestKilledRunCleanedUp(t *testing.T) {
 	if len(c.Nodes) != 1 || netnsPIDs(NetNS(2)) != nil {
 		t.Errorf("the killed run's second node is still there")
 	}
+}
+
+// binaries are kubeadm's and kubelet's paths, built first when the cache
+// lacks them (make real-cluster builds them before the tests).
+func binaries(t *testing.T, ctx context.Context) (kubeadm, kubelet string) {
+	t.Helper()
+	times, err := BuildTimes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range times {
+		if d > 0 {
+			t.Logf("built %s in %s", name, d.Round(time.Second))
+		}
+	}
+	tools, err := Tools()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tools[1].Paths()["kubeadm"], tools[2].Paths()["kubelet"]
+}
+
+// TestKubeadmInit: the real kubeadm init makes a control plane on a node
+// from images pulled from the registry, with the real kubelet, and the API
+// server answers through the node's address with the Node registered.
+func TestKubeadmInit(t *testing.T) {
+	needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	kubeadm, kubelet := binaries(t, ctx)
+	imgs, err := Images(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, ctx, 1)
+	if err := c.StartRegistry(ctx, imgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Init(ctx, kubeadm, kubelet); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Nodes[0]
+	out, err := n.Ctr(ctx, "images", "ls", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{e2e.RealImage("kube-apiserver", Version), EtcdImage, PauseImage} {
+		if !strings.Contains(string(out), want+"\n") {
+			t.Errorf("containerd of %s did not pull %s: it has %s", n.Name, want, out)
+		}
+	}
+	t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)
+}
+
+// TestRegistryPull: a node's containerd pulls kubeadm's references
+// (registry.k8s.io/...) from the cluster's registry on the bridge.
+func TestRegistryPull(t *testing.T) {
+	needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	imgs, err := Images(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, ctx, 1)
+	if err := c.StartRegistry(ctx, imgs); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Nodes[0]
+	began := time.Now()
+	if out, err := n.Command("ctr", "-n", "k8s.io", "images", "pull", "--plain-http", "--hosts-dir", c.HostsDir, PauseImage).CombinedOutput(); err != nil {
+		t.Fatalf("pull %s in %s: %v: %s", PauseImage, n.Name, err, out)
+	}
+	t.Logf("pulled %s in %s", PauseImage, time.Since(began).Round(time.Millisecond))
 }

@@ -35,6 +35,9 @@ func (c *Cluster) Stop() error {
 		for i := len(c.Nodes) - 1; i >= 0; i-- {
 			errs = append(errs, c.Nodes[i].stop())
 		}
+		if c.lb != nil {
+			c.lb.close()
+		}
 		if c.registry != nil {
 			c.registry.stop(10 * time.Second)
 		}
