@@ -96,6 +96,7 @@ bootstrapTokens:
 localAPIEndpoint:
   advertiseAddress: %s
   bindPort: %d
+certificateKey: %s
 %sskipPhases: [%s]
 ---
 apiVersion: kubeadm.k8s.io/v1beta4
@@ -106,9 +107,9 @@ etcd:
   local:
     imageTag: %s
 ---
-%s`, c.Token, n.Address, APIPort, nodeRegistration(n), strings.Join(SkippedPhases, ", "),
+%s`, c.Token, n.Address, APIPort, c.CertificateKey, nodeRegistration(n), strings.Join(SkippedPhases, ", "),
 		Version, Endpoint, EtcdImage[strings.LastIndex(EtcdImage, ":")+1:], kubeletConfig)
-	if err := c.kubeadm(ctx, n, kubeadm, kubelet, "init", cfg, "--upload-certs", "--certificate-key", c.CertificateKey); err != nil {
+	if err := c.kubeadm(ctx, n, kubeadm, kubelet, "init", cfg, "--upload-certs"); err != nil {
 		return err
 	}
 	return c.waitMember(ctx, n)
@@ -174,6 +175,7 @@ func (c *Cluster) kubeadm(ctx context.Context, n *Node, kubeadm, kubelet, verb, 
 		err = fmt.Errorf("%w (after %s)", kctx.Err(), KubeadmTimeout)
 		<-done
 	}
+	cancel() // the kubelet's wait, if kubeadm never configured it
 	if kerr, ok := <-kubeletErr; ok && kerr != nil && err == nil {
 		err = kerr
 	}
