@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/e2e"
+	"github.com/ciq/stratum-upgrade/kubeapi"
 	"time"
 )
 
@@ -237,4 +238,65 @@ func TestRegistryPull(t *testing.T) {
 		t.Fatalf("pull %s in %s: %v: %s", PauseImage, n.Name, err, out)
 	}
 	t.Logf("pulled %s in %s", PauseImage, time.Since(began).Round(time.Millisecond))
+}
+
+// TestKubeadmHA: three control-plane nodes, the first by kubeadm init
+// --upload-certs, the others by kubeadm join --control-plane with the
+// certificate key: every API server ready on its own address, three
+// Nodes, and three voting etcd members (kubeadm promoted its learners).
+func TestKubeadmHA(t *testing.T) {
+	needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	kubeadm, kubelet := binaries(t, ctx)
+	imgs, err := Images(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, ctx, 3)
+	if err := c.StartRegistry(ctx, imgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Init(ctx, kubeadm, kubelet); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes[1:] {
+		if err := c.Join(ctx, n, kubeadm, kubelet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hc, err := c.httpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := kubeapi.Connect(c.AdminConf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := api.ListNodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) != len(c.Nodes) {
+		t.Errorf("%d Nodes registered, want %d", len(nodes.Items), len(c.Nodes))
+	}
+	for _, n := range c.Nodes {
+		if err := Readyz(ctx, hc, n.Address+":6443"); err != nil {
+			t.Errorf("%s: %v", n.Name, err)
+		}
+		t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)
+	}
+	members, err := c.EtcdMembers(ctx, c.Nodes[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	voters := 0
+	for _, m := range members {
+		if !m.Learner {
+			voters++
+		}
+	}
+	if voters != len(c.Nodes) {
+		t.Errorf("etcd members %+v: %d voting, want %d", members, voters, len(c.Nodes))
+	}
 }
