@@ -213,3 +213,25 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// SaveLogs copies every node's logs (kubeadm, kubelet, containerd, the
+// holder) into dst/<node>/, for a failed test to keep after Stop removes
+// Dir.
+func (c *Cluster) SaveLogs(dst string) error {
+	for _, n := range c.Nodes {
+		logs, _ := filepath.Glob(filepath.Join(n.Dir, "*.log"))
+		if err := os.MkdirAll(filepath.Join(dst, n.Name), 0o755); err != nil {
+			return fmt.Errorf("real cluster: save logs: %w", err)
+		}
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(dst, n.Name, filepath.Base(l)), b, 0o644); err != nil {
+				return fmt.Errorf("real cluster: save logs: %w", err)
+			}
+		}
+	}
+	return nil
+}

@@ -17,6 +17,10 @@ import (
 // go test skips them.
 const EnvRealCluster = "STRATUM_REAL_CLUSTER"
 
+// EnvLogs names a directory the nodes' logs are copied into before
+// teardown; a failed test copies them into DefaultDir+"-logs" anyway.
+const EnvLogs = "STRATUM_REAL_CLUSTER_LOGS"
+
 func needCluster(t *testing.T) {
 	t.Helper()
 	if os.Getenv(EnvRealCluster) != "1" {
@@ -41,6 +45,17 @@ func start(t *testing.T, ctx context.Context, nodes int) *Cluster {
 	c, err := Start(ctx, Options{Nodes: nodes, Logf: t.Logf})
 	if c != nil {
 		t.Cleanup(func() {
+			if dst := os.Getenv(EnvLogs); t.Failed() || dst != "" {
+				if dst == "" {
+					dst = DefaultDir + "-logs"
+				}
+				_ = os.RemoveAll(dst)
+				if err := c.SaveLogs(dst); err != nil {
+					t.Log(err)
+				} else {
+					t.Logf("the nodes' logs are in %s", dst)
+				}
+			}
 			if err := c.Stop(); err != nil {
 				t.Errorf("teardown: %v", err)
 			}
@@ -263,6 +278,11 @@ func TestKubeadmHA(t *testing.T) {
 	for _, n := range c.Nodes[1:] {
 		if err := c.Join(ctx, n, kubeadm, kubelet); err != nil {
 			t.Fatal(err)
+		}
+		// kubeadm's own account of its etcd step: a learner, then promoted.
+		log, _ := os.ReadFile(n.Log("kubeadm-join"))
+		if !strings.Contains(string(log), "as learner") || !strings.Contains(string(log), "The learner was promoted") {
+			t.Errorf("%s: kubeadm join did not add its etcd member as a learner and promote it (%s)", n.Name, n.Log("kubeadm-join"))
 		}
 	}
 	hc, err := c.httpClient()
