@@ -184,7 +184,7 @@ kubeadm-fixtures: ## rewrite testdata/kubeadm/<version>/<config>/ with the real 
 # containerd and the real kubelet, made by the real kubeadm. Not in make
 # check yet (the issue's first layer). Builds its kubeadm, kubelet and
 # control plane first (cached), outside the test's timeout.
-real-cluster: ## the real kubeadm cluster (issue 38, first layer): nodes in their own namespaces with containerd and the real kubelet v1.36.3, kubeadm init (root; apt-installs containerd/runc; not in make check)
+real-cluster: ## the real kubeadm cluster (issue 38, first layer): nodes in their own namespaces with containerd and the real kubelet v1.36.3, kubeadm init on cp-1 and join --control-plane on cp-2 and cp-3 (root; apt-installs containerd/runc; about 2.5 minutes warm; not in make check; docs/real-cluster.md)
 	@command -v containerd >/dev/null && command -v runc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc >/dev/null; }
 	$(GO) run ./internal/harness/cmd/realclusterbins
 	STRATUM_REAL_CLUSTER=1 $(GO) test -p 1 -count=1 -v -timeout 20m ./internal/harness/realcluster
