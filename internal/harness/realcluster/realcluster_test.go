@@ -306,6 +306,15 @@ func TestKubeadmHA(t *testing.T) {
 		}
 		t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)
 	}
+	// kubelet registers each static pod's mirror pod once its Node is
+	// there; the status follows within a sync period.
+	var last error
+	if err := waitFor(ctx, "every node's mirror pods running", 2*time.Minute, func() (bool, error) {
+		last = c.MirrorPodsRunning(ctx)
+		return last == nil, nil
+	}); err != nil {
+		t.Errorf("%v: %v", err, last)
+	}
 	members, err := c.EtcdMembers(ctx, c.Nodes[2])
 	if err != nil {
 		t.Fatal(err)
