@@ -21,11 +21,13 @@ import (
 // own (Node.HostPath): kubeadm's fixed paths, and those containerd (its
 // opt plugin's /opt/containerd), kubelet and the control-plane pods'
 // DirectoryOrCreate volumes (kube-controller-manager's flexvolume
-// directory) write outside their configured roots.
+// directory) write outside their configured roots, and stratum-upgrade's
+// default state and config directories.
 var NodePaths = []string{
 	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd",
 	"/run/containerd", "/var/log/pods", "/var/log/containers",
 	"/opt/containerd", "/usr/libexec/kubernetes",
+	"/var/lib/stratum", "/etc/stratum",
 }
 
 // Node is one control-plane node: everything it runs is inside its

@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/ciq/stratum-upgrade/e2e"
+	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/kubeapi"
 	"time"
 )
@@ -258,7 +260,9 @@ func TestRegistryPull(t *testing.T) {
 // TestKubeadmHA: three control-plane nodes, the first by kubeadm init
 // --upload-certs, the others by kubeadm join --control-plane with the
 // certificate key: every API server ready on its own address, three
-// Nodes, and three voting etcd members (kubeadm promoted its learners).
+// Nodes, every mirror pod running, three voting etcd members (kubeadm
+// promoted its learners); then stratum-upgrade adopts each node
+// (init --from-kubeadm --yes) without restarting a control-plane process.
 func TestKubeadmHA(t *testing.T) {
 	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
@@ -328,4 +332,66 @@ func TestKubeadmHA(t *testing.T) {
 	if voters != len(c.Nodes) {
 		t.Errorf("etcd members %+v: %d voting, want %d", members, voters, len(c.Nodes))
 	}
+	adopt(t, c)
+}
+
+// componentPIDs maps each of StaticComponents running on node n to its
+// PID (by /proc/<pid>/comm, among the node's processes).
+func componentPIDs(n *Node) map[string]int {
+	out := map[string]int{}
+	for _, pid := range n.PIDs() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if err != nil {
+			continue
+		}
+		comm := strings.TrimSpace(string(b))
+		for _, c := range StaticComponents {
+			if strings.HasPrefix(c, comm) { // comm is cut at 15 bytes
+				out[c] = pid
+			}
+		}
+	}
+	return out
+}
+
+// adopt runs stratum-upgrade init --from-kubeadm --yes inside every node
+// kubeadm made and returns how many control-plane processes changed pid
+// (issue 38's adoption figure: it must be 0).
+func adopt(t *testing.T, c *Cluster) int {
+	t.Helper()
+	bin, err := build.StratumUpgrade(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]map[string]int{}
+	for _, n := range c.Nodes {
+		before[n.Name] = componentPIDs(n)
+		if len(before[n.Name]) != len(StaticComponents) {
+			t.Fatalf("control-plane processes on %s before adoption: %v", n.Name, before[n.Name])
+		}
+	}
+	for _, n := range c.Nodes {
+		out, err := n.Command(bin, "init", "--from-kubeadm", "--yes").CombinedOutput()
+		if err != nil {
+			t.Fatalf("stratum-upgrade init --from-kubeadm --yes on %s: %v\n%s", n.Name, err, out)
+		}
+		if !strings.Contains(string(out), "imported node state of "+n.Name) {
+			t.Errorf("stratum-upgrade init --from-kubeadm --yes on %s imported nothing:\n%s", n.Name, out)
+		}
+	}
+	// A changed pod would be replaced by kubelet within its 11-15 s
+	// backoff: look after that.
+	time.Sleep(20 * time.Second)
+	changed := 0
+	for _, n := range c.Nodes {
+		after := componentPIDs(n)
+		for _, comp := range StaticComponents {
+			if after[comp] != before[n.Name][comp] {
+				changed++
+				t.Errorf("%s on %s: pid %d before adoption, %d after", comp, n.Name, before[n.Name][comp], after[comp])
+			}
+		}
+	}
+	t.Logf("real cluster adoption: %d control-plane pid changes on %d nodes", changed, len(c.Nodes))
+	return changed
 }
