@@ -79,6 +79,22 @@ func RegistryImageSet(b *Binaries, tags ...string) []Image {
 	return imgs
 }
 
+// RegistryPrograms returns the paths of the registry and the pusher,
+// building them first if the cache lacks them: for a registry that is not
+// a Host's (internal/harness/realcluster serves one on its bridge).
+func RegistryPrograms(ctx context.Context) (registry, push string, err error) {
+	tools, err := registryTools()
+	if err != nil {
+		return "", "", err
+	}
+	for _, t := range tools {
+		if _, err := t.Build(ctx); err != nil {
+			return "", "", err
+		}
+	}
+	return tools[0].Paths()["registry"], tools[1].Paths()["push"], nil
+}
+
 // Registry is a running distribution registry on a loopback port.
 type Registry struct {
 	Addr    string // 127.0.0.1:PORT

@@ -1,0 +1,239 @@
+package realcluster
+
+// A node: its network namespace (net.go), a holder process that owns its
+// mount and UTS namespaces, in which NodePaths are bound to the node's own
+// directories, and the daemons started inside both by nsenter.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ciq/stratum-upgrade/internal/harness/kubeletsim"
+)
+
+// NodePaths are the host paths each node sees bound to a directory of its
+// own (Node.HostPath): kubeadm's fixed paths, and those containerd (its
+// opt plugin's /opt/containerd), kubelet and the control-plane pods'
+// DirectoryOrCreate volumes (kube-controller-manager's flexvolume
+// directory) write outside their configured roots, and stratum-upgrade's
+// default state and config directories.
+var NodePaths = []string{
+	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd",
+	"/run/containerd", "/var/log/pods", "/var/log/containers",
+	"/opt/containerd", "/usr/libexec/kubernetes",
+	"/var/lib/stratum", "/etc/stratum",
+}
+
+// Node is one control-plane node: everything it runs is inside its
+// network namespace and its holder's mount namespace.
+type Node struct {
+	Index   int
+	Name    string // cp-1, also its hostname
+	Address string // on Bridge
+	NetNS   string
+	// Dir holds the node's directories (one per NodePaths entry) and its
+	// containerd's root, config and logs.
+	Dir string
+	// ContainerdSock is its containerd's socket as the host sees it.
+	ContainerdSock string
+	// CgroupRoot is kubelet's cgroupRoot, made in every hierarchy.
+	CgroupRoot string
+
+	holder  *daemon
+	daemons map[string]*daemon
+	logf    func(string, ...any)
+}
+
+// HostPath is where the node's path p (one of NodePaths, or under one)
+// is on the host.
+func (n *Node) HostPath(p string) string {
+	for _, np := range NodePaths {
+		if p == np || strings.HasPrefix(p, np+"/") {
+			return filepath.Join(n.Dir, strings.ReplaceAll(strings.TrimPrefix(np, "/"), "/", "-"), strings.TrimPrefix(p, np))
+		}
+	}
+	panic("realcluster: " + p + " is not a node path")
+}
+
+// daemon is a process the harness started, in its own process group, with
+// SIGKILL as its parent-death signal.
+type daemon struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (d *daemon) alive() bool {
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after grace.
+func (d *daemon) stop(grace time.Duration) {
+	if !d.alive() {
+		return
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+		return
+	case <-time.After(grace):
+	}
+	_ = d.cmd.Process.Kill()
+	<-d.exited
+}
+
+// spawn starts argv with its output appended to logPath.
+func spawn(name, dir, logPath string, argv ...string) (*daemon, error) {
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("real cluster: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := kubeletsim.Spawn(cmd); err != nil {
+		return nil, fmt.Errorf("real cluster: start %s: %w", name, err)
+	}
+	d := &daemon{name: name, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(d.exited) }()
+	return d, nil
+}
+
+// startHolder starts the holder: in the node's network namespace, new
+// mount (private propagation) and UTS namespaces, the hostname set to the
+// node's name and NodePaths bound; then it sleeps until killed. Every
+// process of the node enters its namespaces (Command).
+func (n *Node) startHolder() error {
+	var script strings.Builder
+	script.WriteString("set -e\nhostname " + n.Name + "\n")
+	for _, p := range NodePaths {
+		src := n.HostPath(p)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return fmt.Errorf("real cluster: %w", err)
+		}
+		fmt.Fprintf(&script, "mount --bind %s %s\n", src, p)
+	}
+	ready := filepath.Join(n.Dir, "holder.ready")
+	fmt.Fprintf(&script, "touch %s\nexec sleep infinity\n", ready)
+	d, err := spawn("holder", n.Dir, filepath.Join(n.Dir, "holder.log"),
+		"nsenter", "--net=/run/netns/"+n.NetNS, "--", "unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", script.String())
+	if err != nil {
+		return err
+	}
+	n.holder = d
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return nil
+		}
+		if !d.alive() || time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(n.Dir, "holder.log"))
+			return fmt.Errorf("real cluster: node %s: namespace holder not ready: %s", n.Name, strings.TrimSpace(string(b)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// HolderPID is the PID of the process owning the node's mount namespace.
+func (n *Node) HolderPID() int { return n.holder.cmd.Process.Pid }
+
+// Command is name with args run inside the node's namespaces.
+func (n *Node) Command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.HolderPID()), "-n", "-m", "-u", "--", name}, args...)...)
+	cmd.Dir = n.Dir
+	return cmd
+}
+
+// Start starts name (a daemon of the node: containerd, kubelet) inside
+// its namespaces, logging to <Dir>/<name>.log.
+func (n *Node) Start(name string, argv ...string) error {
+	if d := n.daemons[name]; d != nil && d.alive() {
+		return fmt.Errorf("real cluster: node %s: %s already runs (pid %d)", n.Name, name, d.cmd.Process.Pid)
+	}
+	d, err := spawn(name, n.Dir, n.Log(name), append([]string{"nsenter", "-t", strconv.Itoa(n.HolderPID()), "-n", "-m", "-u", "--"}, argv...)...)
+	if err != nil {
+		return err
+	}
+	n.daemons[name] = d
+	return nil
+}
+
+// Log is the path of daemon name's log.
+func (n *Node) Log(name string) string { return filepath.Join(n.Dir, name+".log") }
+
+// Alive reports whether daemon name runs.
+func (n *Node) Alive(name string) bool {
+	d := n.daemons[name]
+	return d != nil && d.alive()
+}
+
+// PIDs lists every process in the node's network namespace: its daemons,
+// their shims and containers (every pod is hostNetwork), and the holder.
+func (n *Node) PIDs() []int { return netnsPIDs(n.NetNS) }
+
+// RSS is the resident memory of every process of the node, summed.
+func (n *Node) RSS() int64 {
+	var sum int64
+	for _, pid := range n.PIDs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				sum += kb * 1024
+			}
+		}
+	}
+	return sum
+}
+
+// tail is the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// SaveLogs copies every node's logs (kubeadm, kubelet, containerd, the
+// holder) into dst/<node>/, for a failed test to keep after Stop removes
+// Dir.
+func (c *Cluster) SaveLogs(dst string) error {
+	for _, n := range c.Nodes {
+		logs, _ := filepath.Glob(filepath.Join(n.Dir, "*.log"))
+		if err := os.MkdirAll(filepath.Join(dst, n.Name), 0o755); err != nil {
+			return fmt.Errorf("real cluster: save logs: %w", err)
+		}
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			if err != nil {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(dst, n.Name, filepath.Base(l)), b, 0o644); err != nil {
+				return fmt.Errorf("real cluster: save logs: %w", err)
+			}
+		}
+	}
+	return nil
+}
