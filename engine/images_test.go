@@ -241,9 +241,6 @@ func TestPlanImages(t *testing.T) {
 
 func mapsEqualBytes(a, b map[string][]byte) bool { return maps.EqualFunc(a, b, bytes.Equal) }
 
-// logTo is a logger that writes text to w.
-func logTo(w *strings.Builder) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
-
 // slowRuntime has no image and pulls until its context ends, as a pull
 // over a link too slow to finish would.
 type slowRuntime struct{}
