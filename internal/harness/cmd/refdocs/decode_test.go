@@ -19,6 +19,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 )
 
 // example reads an example file of docs/reference/examples/ generically.
@@ -70,10 +71,14 @@ func with(t *testing.T, doc map[string]any, path string, v any, del bool) []byte
 	return marshal(t, c)
 }
 
-// decodeState is how init reads a node state.
+// decodeState is how init reads a node state: parsed, then validated with
+// what its versions say (resolve.Validate, which render runs too).
 func decodeState(b []byte) error {
-	_, err := nodestate.Parse(b)
-	return err
+	st, err := nodestate.Parse(b)
+	if err != nil {
+		return err
+	}
+	return resolve.Validate(st)
 }
 
 // decodeRelease is how plan and run read a release: parsed, then applied
