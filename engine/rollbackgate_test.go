@@ -47,7 +47,23 @@ func memberOfCluster(t *testing.T, n *memNode, m *etcdcluster.Member) {
 // would leave one of three: it pauses (exit 6) naming the member it waits
 // for, with the new etcd left running and its manifest untouched. Once the
 // member is back, resume rolls back.
-func TestRollbackStopOfEtcdPassesTheGate(t *testing.T) {
+func TestRollbackStopOfEtcdPassesTheGate(t *testing.T) { rollbackGatePauses(t, false) }
+
+// TestRollbackGateCountsAnAlarmedMemberAsAVote: the upgrade's etcd step is
+// done; then a real NOSPACE alarm is raised on m1 (its backend quota
+// filled), which every member's status lists, and m2 dies. This member
+// still answers and votes, so the rollback's stop would leave one of
+// three: the gate pauses the rollback (exit 6) naming m2, where it used to
+// take the listed alarm for "this member does not answer" and skip. Once
+// the alarm is cleared and m2 is back, resume rolls back.
+func TestRollbackGateCountsAnAlarmedMemberAsAVote(t *testing.T) { rollbackGatePauses(t, true) }
+
+// rollbackGatePauses is the two tests above: the upgrade's etcd step is
+// done, the scheduler fails, and meanwhile m2 dies (and, with alarm, a real
+// NOSPACE alarm is raised on m1); the rollback pauses naming m2, etcd left
+// as the upgrade left it; once m2 is back (and the alarm cleared), resume
+// rolls back.
+func rollbackGatePauses(t *testing.T, alarm bool) {
 	c := etcdcluster.Start(t, 3, "3.6")
 	n := newMemNode(t)
 	memberOfCluster(t, n, c.Members[0])
@@ -57,9 +73,12 @@ func TestRollbackStopOfEtcdPassesTheGate(t *testing.T) {
 		e.etcdVersions = f.read
 		return e
 	}
-	down := c.Members[2]
+	alarmed, down := c.Members[1], c.Members[2]
 	n.onEvent = func(ev Event) {
 		if ev.Step == "write" && ev.Component == nodestate.Scheduler && ev.Phase == string(journal.PhaseApplying) {
+			if alarm {
+				c.RaiseNoSpace(t, alarmed)
+			}
 			if err := down.Kill(); err != nil {
 				t.Error(err)
 			}
@@ -68,7 +87,7 @@ func TestRollbackStopOfEtcdPassesTheGate(t *testing.T) {
 	n.before = n.manifests()
 	res, err := engine().Run(t.Context(), release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
 	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, ErrStillOpen) || !strings.Contains(err.Error(), down.Name) {
-		t.Fatalf("Run with %s down: %+v %v; want the rollback paused by the quorum gate naming it", down.Name, res, err)
+		t.Fatalf("Run with %s down (NOSPACE on %s: %v): %+v %v; want the rollback paused by the quorum gate naming %s", down.Name, alarmed.Name, alarm, res, err, down.Name)
 	}
 	if open, _ := n.j.OpenTxn(); open == nil || open.Phase != journal.PhaseRollingBack {
 		t.Fatalf("open transaction after the refused gate: %+v; want still rolling back", open)
@@ -78,11 +97,14 @@ func TestRollbackStopOfEtcdPassesTheGate(t *testing.T) {
 		t.Fatalf("etcd's manifest after the refused gate (%v): want the new etcd's, left running", err)
 	}
 	n.onEvent = nil
+	if alarm {
+		c.ClearNoSpace(t, alarmed)
+	}
 	if err := down.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := engine().Resume(t.Context()); !errors.Is(err, ErrRolledBack) {
-		t.Fatalf("resume with every member back: %+v %v; want rolled back", res, err)
+		t.Fatalf("resume with every member back (and the alarm cleared): %+v %v; want rolled back", res, err)
 	}
 	n.expectConverged(RolledBack, multiKeepsData)
 }
