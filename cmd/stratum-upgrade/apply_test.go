@@ -211,17 +211,7 @@ func TestRenderLiveOnTestBed(t *testing.T) {
 	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
-	// The hand edit: the scheduler's manifest as a state with --v=3 renders it.
-	next := n.State.Clone()
-	next.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"v": {"3"}}}
-	prof, err := manifest.LoadProfile(next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edited, err := manifest.RenderBytes(next, prof, nodestate.Scheduler, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	next, edited := schedulerEdit(t, n.State)
 	mark, err := n.Scanner.Mark()
 	if err != nil {
 		t.Fatal(err)
@@ -397,4 +387,21 @@ func TestInitForceRollsBack(t *testing.T) {
 		t.Errorf("after the commit the journal does not hold the new node state: %v", st.ExtraArgs)
 	}
 	contains(t, "manifest after the commit", readFile(t, filepath.Join(n.ManifestDir, "kube-scheduler.yaml")), "- --v=3\n")
+}
+
+// schedulerEdit is the hand edit the live render tests make: st with
+// --v=3 on kube-scheduler, and the scheduler's manifest as it renders.
+func schedulerEdit(t *testing.T, st *nodestate.NodeState) (*nodestate.NodeState, []byte) {
+	t.Helper()
+	next := st.Clone()
+	next.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"v": {"3"}}}
+	prof, err := manifest.LoadProfile(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited, err := manifest.RenderBytes(next, prof, nodestate.Scheduler, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next, edited
 }

@@ -23,16 +23,7 @@ func TestRenderShadowedOnTestBed(t *testing.T) {
 	sched := filepath.Join(n.ManifestDir, "kube-scheduler.yaml")
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
-	next := n.State.Clone()
-	next.ExtraArgs = map[string]map[string]nodestate.ArgValues{nodestate.Scheduler: {"v": {"3"}}}
-	prof, err := manifest.LoadProfile(next)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edited, err := manifest.RenderBytes(next, prof, nodestate.Scheduler, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	next, edited := schedulerEdit(t, n.State)
 	tgt, err := manifest.Target(next, nodestate.Scheduler)
 	if err != nil {
 		t.Fatal(err)
