@@ -63,8 +63,13 @@ func (n *Node) startContainerd(ctx context.Context, pause, hostsDir string) erro
 		if !n.Alive("containerd") {
 			return false, fmt.Errorf("containerd exited: %s", tail(n.Log("containerd"), 20))
 		}
-		return exec.CommandContext(ctx, "ctr", "-a", n.ContainerdSock, "version").Run() == nil, nil
+		return n.ctrAnswers(ctx), nil
 	})
+}
+
+// ctrAnswers reports whether the node's containerd answers ctr version.
+func (n *Node) ctrAnswers(ctx context.Context) bool {
+	return exec.CommandContext(ctx, "ctr", "-a", n.ContainerdSock, "version").Run() == nil
 }
 
 // Ctr runs ctr against the node's containerd in the k8s.io namespace.

@@ -1,8 +1,9 @@
 package realcluster
 
-// A node: its network namespace (net.go), a holder process that owns its
-// mount and UTS namespaces, in which NodePaths are bound to the node's own
-// directories, and the daemons started inside both by nsenter.
+// A node: its network namespace (net.go), a holder process that is the
+// init of its PID namespace and owns its mount and UTS namespaces, in
+// which NodePaths are bound to the node's own directories and /proc is the
+// node's own; and the daemons started inside them all by nsenter.
 
 import (
 	"fmt"
@@ -62,11 +63,52 @@ func (n *Node) HostPath(p string) string {
 }
 
 // daemon is a process the harness started, in its own process group, with
-// SIGKILL as its parent-death signal.
+// SIGKILL as its parent-death signal. In a node it is nsenter, which forks
+// the program into the node's PID namespace and waits for it (passing on
+// its exit status, not signals): signals go to the program itself (PID).
 type daemon struct {
 	name   string
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// forked is set when cmd forks the program as its only child.
+	forked bool
+	// argv is the program's command line (without nsenter's).
+	argv []string
+}
+
+// PID is the program's host pid, or 0 once it is gone (or, forked, not
+// yet there).
+func (d *daemon) PID() int {
+	if !d.alive() {
+		return 0
+	}
+	if !d.forked {
+		return d.cmd.Process.Pid
+	}
+	return onlyChild(d.cmd.Process.Pid)
+}
+
+// onlyChild is the first child of pid (/proc/<pid>/task/<pid>/children),
+// or 0.
+func onlyChild(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	c, _ := strconv.Atoi(f[0])
+	return c
+}
+
+// signal sends sig to the program (not to nsenter, which would leave it
+// running).
+func (d *daemon) signal(sig syscall.Signal) {
+	if pid := d.PID(); pid > 0 {
+		_ = syscall.Kill(pid, sig)
+	}
 }
 
 func (d *daemon) alive() bool {
@@ -83,12 +125,13 @@ func (d *daemon) stop(grace time.Duration) {
 	if !d.alive() {
 		return
 	}
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	d.signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
 		return
 	case <-time.After(grace):
 	}
+	d.signal(syscall.SIGKILL)
 	_ = d.cmd.Process.Kill()
 	<-d.exited
 }
@@ -114,9 +157,13 @@ func spawn(name, dir, logPath string, argv ...string) (*daemon, error) {
 }
 
 // startHolder starts the holder: in the node's network namespace, new
-// mount (private propagation) and UTS namespaces, the hostname set to the
-// node's name and NodePaths bound; then it sleeps until killed. Every
-// process of the node enters its namespaces (Command).
+// PID, mount (private propagation) and UTS namespaces, a shell that is the
+// PID namespace's init with the node's own /proc mounted (unshare
+// --mount-proc), sets the hostname to the node's name, binds NodePaths and
+// then reaps orphans (a container's shim is reparented to it) until
+// killed; unshare's --kill-child ends it with the harness. Every process
+// of the node enters its namespaces (Command), so a process of the node
+// sees only the node's processes in /proc, as on a machine of its own.
 func (n *Node) startHolder() error {
 	var script strings.Builder
 	script.WriteString("set -e\nhostname " + n.Name + "\n")
@@ -128,16 +175,19 @@ func (n *Node) startHolder() error {
 		fmt.Fprintf(&script, "mount --bind %s %s\n", src, p)
 	}
 	ready := filepath.Join(n.Dir, "holder.ready")
-	fmt.Fprintf(&script, "touch %s\nexec sleep infinity\n", ready)
+	// dash's wait reaps any child, those it did not start included.
+	fmt.Fprintf(&script, "touch %s\ntrap 'exit 0' TERM\nwhile :; do sleep 1 & wait; done\n", ready)
 	d, err := spawn("holder", n.Dir, filepath.Join(n.Dir, "holder.log"),
-		"nsenter", "--net=/run/netns/"+n.NetNS, "--", "unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", script.String())
+		"nsenter", "--net=/run/netns/"+n.NetNS, "--", "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc",
+		"--propagation", "private", "--", "sh", "-c", script.String())
 	if err != nil {
 		return err
 	}
+	d.forked = true
 	n.holder = d
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(ready); err == nil {
+		if _, err := os.Stat(ready); err == nil && d.PID() > 0 {
 			return nil
 		}
 		if !d.alive() || time.Now().After(deadline) {
@@ -148,26 +198,44 @@ func (n *Node) startHolder() error {
 	}
 }
 
-// HolderPID is the PID of the process owning the node's mount namespace.
-func (n *Node) HolderPID() int { return n.holder.cmd.Process.Pid }
+// HolderPID is the host pid of the node's init, which owns its
+// namespaces.
+func (n *Node) HolderPID() int { return n.holder.PID() }
 
-// Command is name with args run inside the node's namespaces.
+// enter is nsenter's argv entering every namespace of the node.
+func (n *Node) enter() []string {
+	return []string{"nsenter", "-t", strconv.Itoa(n.HolderPID()), "-n", "-m", "-u", "-p", "--"}
+}
+
+// Command is name with args run inside the node's namespaces. Its
+// Process is nsenter's (see daemon): use InnerPID for the program's.
 func (n *Node) Command(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(n.HolderPID()), "-n", "-m", "-u", "--", name}, args...)...)
+	cmd := exec.Command(n.enter()[0], append(append(n.enter()[1:], name), args...)...)
 	cmd.Dir = n.Dir
 	return cmd
+}
+
+// InnerPID is the host pid of the program a started Command runs (nsenter's
+// child), or 0 while there is none.
+func InnerPID(cmd *exec.Cmd) int {
+	if cmd.Process == nil {
+		return 0
+	}
+	return onlyChild(cmd.Process.Pid)
 }
 
 // Start starts name (a daemon of the node: containerd, kubelet) inside
 // its namespaces, logging to <Dir>/<name>.log.
 func (n *Node) Start(name string, argv ...string) error {
 	if d := n.daemons[name]; d != nil && d.alive() {
-		return fmt.Errorf("real cluster: node %s: %s already runs (pid %d)", n.Name, name, d.cmd.Process.Pid)
+		return fmt.Errorf("real cluster: node %s: %s already runs (pid %d)", n.Name, name, d.PID())
 	}
-	d, err := spawn(name, n.Dir, n.Log(name), append([]string{"nsenter", "-t", strconv.Itoa(n.HolderPID()), "-n", "-m", "-u", "--"}, argv...)...)
+	d, err := spawn(name, n.Dir, n.Log(name), append(n.enter(), argv...)...)
 	if err != nil {
 		return err
 	}
+	d.forked = true
+	d.argv = argv
 	n.daemons[name] = d
 	return nil
 }

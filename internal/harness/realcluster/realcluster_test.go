@@ -2,6 +2,7 @@ package realcluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -101,6 +102,22 @@ func TestNodeUpAndDown(t *testing.T) {
 		t.Errorf("the node's /etc/kubernetes/who is on the host's /etc/kubernetes")
 	}
 	if _, err := n.Ctr(ctx, "version"); err != nil {
+		t.Fatal(err)
+	}
+	// Its own PID namespace and /proc: pid 1 is the node's init, and the
+	// host's processes (this test's among them) are not there.
+	out, err = n.Command("sh", "-c", "cat /proc/1/comm; ls /proc | grep -c '^[0-9]'").CombinedOutput()
+	if err != nil {
+		t.Fatalf("in the node: %v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || lines[0] != "sh" {
+		t.Errorf("pid 1 in the node: %q, want the node's init (sh)", out)
+	}
+	if nproc, _ := strconv.Atoi(lines[len(lines)-1]); nproc < 2 || nproc > 10 {
+		t.Errorf("the node's /proc lists %d processes, want its own few (init, containerd, ...)", nproc)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", os.Getpid())); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)

@@ -25,6 +25,23 @@ import (
 // 3.6.8-0, which is not built here; 3.6.16 is the same minor.
 const EtcdImage = "registry.k8s.io/etcd:3.6.16-0"
 
+// To is the version the scenarios upgrade to, and EtcdImageTo its etcd:
+// kubeadm v1.37.2 pairs etcd 3.7.0-0 (versions/kubeadm), not built here;
+// 3.7.3 (etcdbuild) is the same minor, so the upgrade names it in a
+// release file, as an operator pinning a newer patch would.
+const (
+	To          = "v1.37.2"
+	EtcdImageTo = "registry.k8s.io/etcd:3.7.3-0"
+)
+
+// RefusingScheduler is kube-scheduler To made to fail at start: its binary
+// (addflag) runs the real one with RefusedFlag added, which it refuses.
+// The rollback scenario's release names it.
+const (
+	RefusingScheduler = "registry.k8s.io/stratum-test/kube-scheduler:" + To
+	RefusedFlag       = "--refused-flag-from-the-release=1"
+)
+
 // RegistryPort is the registry's port on BridgeAddress.
 const RegistryPort = 5000
 
@@ -33,23 +50,22 @@ var RegistryAddr = fmt.Sprintf("%s:%d", BridgeAddress, RegistryPort)
 
 const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Images are the images of a Version cluster without add-ons: the control
-// plane of Version, EtcdImage and PauseImage, each the real binary (the
-// pause program of e2e/pause) in one layer, by kubeadm's reference.
+// Images are the images of the cluster and of its upgrade, without
+// add-ons, each the real binary in one layer by kubeadm's reference: the
+// control planes of Version and To, EtcdImage and EtcdImageTo, PauseImage
+// (the pause program of e2e/pause), and RefusingScheduler.
 func Images(ctx context.Context) ([]e2e.Image, error) {
-	paths, err := kubebuild.Binaries(ctx, Version)
-	if err != nil {
-		return nil, err
-	}
 	bins := map[string]string{}
-	for comp, p := range paths {
-		bins[e2e.RealImage(comp, Version)] = p
+	for _, v := range []string{Version, To} {
+		paths, err := kubebuild.Binaries(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		for comp, p := range paths {
+			bins[e2e.RealImage(comp, v)] = p
+		}
 	}
 	imgs := e2e.RealImageSet(bins)
-	etcd, err := e2e.StaticEtcd("3.6")
-	if err != nil {
-		return nil, err
-	}
 	cache, err := build.CacheDir()
 	if err != nil {
 		return nil, err
@@ -62,16 +78,35 @@ func Images(ctx context.Context) ([]e2e.Image, error) {
 	if err := e2e.BuildStatic(root, "./e2e/pause", pause); err != nil {
 		return nil, err
 	}
+	addflag := filepath.Join(cache, "e2e", "bin", "addflag")
+	if err := e2e.BuildStatic(root, "./internal/harness/realcluster/addflag", addflag); err != nil {
+		return nil, err
+	}
+	for _, e := range []struct{ minor, ref string }{{"3.6", EtcdImage}, {"3.7", EtcdImageTo}} {
+		bin, err := e2e.StaticEtcd(e.minor)
+		if err != nil {
+			return nil, err
+		}
+		imgs = append(imgs, e2e.Image{
+			Tags:       []string{e.ref},
+			Files:      []e2e.ImageFile{{Path: "/usr/local/bin/etcd", Source: bin, Mode: 0o755}},
+			Entrypoint: []string{"/usr/local/bin/etcd"},
+			Env:        []string{pathEnv, e2e.ImageEnv + "=" + e.ref},
+		})
+	}
 	return append(imgs, e2e.Image{
-		Tags:       []string{EtcdImage},
-		Files:      []e2e.ImageFile{{Path: "/usr/local/bin/etcd", Source: etcd, Mode: 0o755}},
-		Entrypoint: []string{"/usr/local/bin/etcd"},
-		Env:        []string{pathEnv, e2e.ImageEnv + "=" + EtcdImage},
-	}, e2e.Image{
 		Tags:       []string{PauseImage},
 		Files:      []e2e.ImageFile{{Path: "/pause", Source: pause, Mode: 0o755}},
 		Entrypoint: []string{"/pause"},
 		Env:        []string{pathEnv, e2e.ImageEnv + "=" + PauseImage},
+	}, e2e.Image{
+		Tags: []string{RefusingScheduler},
+		Files: []e2e.ImageFile{
+			{Path: "/usr/local/bin/kube-scheduler", Source: addflag, Mode: 0o755},
+			{Path: "/usr/local/bin/kube-scheduler.real", Source: bins[e2e.RealImage("kube-scheduler", To)], Mode: 0o755},
+		},
+		Entrypoint: []string{"/usr/local/bin/kube-scheduler"},
+		Env:        []string{pathEnv, "ADD_FLAG=" + RefusedFlag, e2e.ImageEnv + "=" + RefusingScheduler},
 	}), nil
 }
 
