@@ -21,7 +21,10 @@ var Kubelet = e2e.Kubelet{Version: Version, ToolDir: "internal/harness/tools/kub
 
 // Tools are the builds the cluster needs, in the order make real-cluster
 // builds them: the control plane of Version (its images), its kubeadm, its
-// kubelet. Each is cached (build.Tool): nothing is rebuilt once there.
+// kubelet; then the control plane of To (the upgrade's images) and its
+// kubeadm (upgrade plan after the upgrade). Each is cached (build.Tool):
+// nothing is rebuilt once there, and make test-real builds all but the
+// kubelet too.
 func Tools() ([]build.Tool, error) {
 	cp, err := kubebuild.Tool(Version)
 	if err != nil {
@@ -35,7 +38,15 @@ func Tools() ([]build.Tool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []build.Tool{cp, adm, kl}, nil
+	cpTo, err := kubebuild.Tool(To)
+	if err != nil {
+		return nil, err
+	}
+	admTo, err := kubebuild.KubeadmTool(To)
+	if err != nil {
+		return nil, err
+	}
+	return []build.Tool{cp, adm, kl, cpTo, admTo}, nil
 }
 
 // BuildTimes builds every Tool the cache lacks and reports each one's time

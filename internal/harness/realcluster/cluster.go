@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ciq/stratum-upgrade/e2e"
 	"github.com/ciq/stratum-upgrade/internal/harness/build"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 )
@@ -86,8 +87,11 @@ func Supported() error {
 			missing = append(missing, p)
 		}
 	}
+	if _, err := os.Stat(filepath.Join(CNIPluginDir, "bridge")); err != nil {
+		missing = append(missing, filepath.Join(CNIPluginDir, "bridge"))
+	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing %s (apt-get install containerd runc util-linux)", strings.Join(missing, ", "))
+		return fmt.Errorf("missing %s (apt-get install containerd runc util-linux containernetworking-plugins)", strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -109,10 +113,20 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := Supported(); err != nil {
 		return nil, fmt.Errorf("real cluster: %w", err)
 	}
-	unlock, err := build.Lock(o.Dir+".lock", 30*time.Minute)
+	// The e2e's kubelet host creates and, at its end, removes the same
+	// host paths (e2e/host.go): removed on the host while a node has its
+	// directory bound there, they vanish from the node too. One of the two
+	// at a time: the cluster takes the e2e host's lock as well.
+	unlockHost, err := build.Lock(e2e.DefaultRoot+".lock", 60*time.Minute)
 	if err != nil {
 		return nil, err
 	}
+	unlockCluster, err := build.Lock(o.Dir+".lock", 30*time.Minute)
+	if err != nil {
+		unlockHost()
+		return nil, err
+	}
+	unlock := func() { unlockCluster(); unlockHost() }
 	c := &Cluster{Dir: o.Dir, HostsDir: filepath.Join(o.Dir, "certs.d"), unlock: unlock, logf: o.Logf}
 	began := time.Now()
 	if err := cleanStale(o.Dir); err != nil {

@@ -29,6 +29,7 @@ state = "/run/containerd"
   sandbox_image = "{{pause}}"
   enable_cdi = false
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -51,6 +52,9 @@ func (n *Node) startContainerd(ctx context.Context, pause, hostsDir string) erro
 			return fmt.Errorf("real cluster: %w", err)
 		}
 	}
+	if err := n.writeCNI(); err != nil {
+		return err
+	}
 	cfg := filepath.Join(n.Dir, "containerd.toml")
 	text := strings.NewReplacer("{{dir}}", n.Dir, "{{pause}}", pause, "{{hosts}}", hostsDir).Replace(containerdConfig)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
@@ -65,6 +69,33 @@ func (n *Node) startContainerd(ctx context.Context, pause, hostsDir string) erro
 		}
 		return n.ctrAnswers(ctx), nil
 	})
+}
+
+// CNIPluginDir is where Debian's containernetworking-plugins installs the
+// reference plugins (bridge, host-local, loopback).
+const CNIPluginDir = "/usr/lib/cni"
+
+// writeCNI gives the node's containerd a pod network: a bridge in the
+// node's network namespace with addresses from 10.244.<N>.0/24, so that
+// kubelet reports the runtime's network ready (the Node becomes Ready) and
+// a pod off the host network runs (kubeadm upgrade's health-check Job).
+// libcni's cache and host-local's leases are under /var/lib/cni, bound per
+// node; the pods' network namespaces under containerd's state directory.
+func (n *Node) writeCNI() error {
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		link := filepath.Join(n.Dir, "cni/bin", p)
+		_ = os.Remove(link)
+		if err := os.Symlink(filepath.Join(CNIPluginDir, p), link); err != nil {
+			return fmt.Errorf("real cluster: %w", err)
+		}
+	}
+	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "stratum-rc", "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+  "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.%d.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+`, n.Index)
+	if err := os.WriteFile(filepath.Join(n.Dir, "cni/net.d/10-stratum-rc.conflist"), []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("real cluster: %w", err)
+	}
+	return nil
 }
 
 // ctrAnswers reports whether the node's containerd answers ctr version.

@@ -22,12 +22,14 @@ import (
 // own (Node.HostPath): kubeadm's fixed paths, and those containerd (its
 // opt plugin's /opt/containerd), kubelet and the control-plane pods'
 // DirectoryOrCreate volumes (kube-controller-manager's flexvolume
-// directory) write outside their configured roots, and stratum-upgrade's
+// directory) write outside their configured roots, CNI's cache and
+// leases (/var/lib/cni), /etc/pki (kubeadm upgrade plan made it on the
+// host: kubeadm's CA directories of RHEL hosts), and stratum-upgrade's
 // default state and config directories.
 var NodePaths = []string{
 	"/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd",
 	"/run/containerd", "/var/log/pods", "/var/log/containers",
-	"/opt/containerd", "/usr/libexec/kubernetes",
+	"/opt/containerd", "/usr/libexec/kubernetes", "/var/lib/cni", "/etc/pki",
 	"/var/lib/stratum", "/etc/stratum",
 }
 

@@ -220,38 +220,6 @@ func binaries(t *testing.T, ctx context.Context) (kubeadm, kubelet string) {
 	return tools[1].Paths()["kubeadm"], tools[2].Paths()["kubelet"]
 }
 
-// TestKubeadmInit: the real kubeadm init makes a control plane on a node
-// from images pulled from the registry, with the real kubelet, and the API
-// server answers through the node's address with the Node registered.
-func TestKubeadmInit(t *testing.T) {
-	needCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	kubeadm, kubelet := binaries(t, ctx)
-	imgs, err := Images(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := start(t, ctx, 1)
-	if err := c.StartRegistry(ctx, imgs); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Init(ctx, kubeadm, kubelet); err != nil {
-		t.Fatal(err)
-	}
-	n := c.Nodes[0]
-	out, err := n.Ctr(ctx, "images", "ls", "-q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{e2e.RealImage("kube-apiserver", Version), EtcdImage, PauseImage} {
-		if !strings.Contains(string(out), want+"\n") {
-			t.Errorf("containerd of %s did not pull %s: it has %s", n.Name, want, out)
-		}
-	}
-	t.Logf("node %s: %d processes, %d MiB resident", n.Name, len(n.PIDs()), n.RSS()>>20)
-}
-
 // TestRegistryPull: a node's containerd pulls kubeadm's references
 // (registry.k8s.io/...) from the cluster's registry on the bridge.
 func TestRegistryPull(t *testing.T) {
@@ -276,10 +244,12 @@ func TestRegistryPull(t *testing.T) {
 
 // TestKubeadmHA: three control-plane nodes, the first by kubeadm init
 // --upload-certs, the others by kubeadm join --control-plane with the
-// certificate key: every API server ready on its own address, three
-// Nodes, every mirror pod running, three voting etcd members (kubeadm
-// promoted its learners); then stratum-upgrade adopts each node
-// (init --from-kubeadm --yes) without restarting a control-plane process.
+// certificate key, pulling kubeadm's images from the registry: every API
+// server ready on its own address, three Nodes Ready, every mirror pod
+// running, three voting etcd members (kubeadm promoted its learners); then
+// stratum-upgrade adopts each node (init --from-kubeadm --yes) without
+// restarting a control-plane process, and the scenarios run
+// (scenarios_test.go).
 func TestKubeadmHA(t *testing.T) {
 	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
@@ -295,6 +265,16 @@ func TestKubeadmHA(t *testing.T) {
 	}
 	if err := c.Init(ctx, kubeadm, kubelet); err != nil {
 		t.Fatal(err)
+	}
+	// The pulls were real: cp-1's containerd has kubeadm's images.
+	out, err := c.Nodes[0].Ctr(ctx, "images", "ls", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{e2e.RealImage("kube-apiserver", Version), EtcdImage, PauseImage} {
+		if !strings.Contains(string(out), want+"\n") {
+			t.Errorf("containerd of %s did not pull %s: it has %s", c.Nodes[0].Name, want, out)
+		}
 	}
 	for _, n := range c.Nodes[1:] {
 		if err := c.Join(ctx, n, kubeadm, kubelet); err != nil {
@@ -336,6 +316,24 @@ func TestKubeadmHA(t *testing.T) {
 	}); err != nil {
 		t.Errorf("%v: %v", err, last)
 	}
+	// With the nodes' pod network, kubelet reports each Node Ready.
+	if err := waitFor(ctx, "every Node Ready", 2*time.Minute, func() (bool, error) {
+		nodes, err := api.ListNodes(ctx)
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == "Ready" && cond.Status == "True" {
+					ready++
+				}
+			}
+		}
+		return ready == len(c.Nodes), nil
+	}); err != nil {
+		t.Error(err)
+	}
 	members, err := c.EtcdMembers(ctx, c.Nodes[2])
 	if err != nil {
 		t.Fatal(err)
@@ -350,6 +348,11 @@ func TestKubeadmHA(t *testing.T) {
 		t.Errorf("etcd members %+v: %d voting, want %d", members, voters, len(c.Nodes))
 	}
 	adopt(t, c)
+	if t.Failed() {
+		return
+	}
+	lines := scenarios(t, c)
+	fmt.Println(strings.Join(lines, "\n"))
 }
 
 // componentPIDs maps each of StaticComponents running on node n to its
