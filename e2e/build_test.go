@@ -36,30 +36,42 @@ func TestKubeletBinary(t *testing.T) {
 }
 
 // TestSelectKubelets: KUBELET names a version or a minor, or several;
-// unset is every kubelet, not selected; an unknown one is an error naming
-// the known versions.
+// unset is every kubelet but those run only when selected (v1.35.4: CI
+// time), not selected; an unknown one is an error naming the known
+// versions.
 func TestSelectKubelets(t *testing.T) {
-	all, selected, err := SelectKubelets("")
-	if err != nil || selected || len(all) != len(Kubelets) {
-		t.Fatalf(`SelectKubelets("") = %v, %v, %v; want every kubelet, not selected`, all, selected, err)
+	versions := func(ks []Kubelet) (out []string) {
+		for _, k := range ks {
+			out = append(out, k.Version)
+		}
+		return out
 	}
-	for _, sel := range []string{"v1.34.4", "1.34.4", "1.34", " v1.34 "} {
-		ks, selected, err := SelectKubelets(sel)
-		if err != nil || !selected || len(ks) != 1 || ks[0].Version != "v1.34.4" {
-			t.Errorf("SelectKubelets(%q) = %v, %v, %v; want v1.34.4, selected", sel, ks, selected, err)
+	all, selected, err := SelectKubelets("")
+	if got := strings.Join(versions(all), ","); err != nil || selected || got != "v1.37.2,v1.34.4" {
+		t.Fatalf(`SelectKubelets("") = %s, %v, %v; want v1.37.2,v1.34.4 (not v1.35.4), not selected`, got, selected, err)
+	}
+	for want, sels := range map[string][]string{
+		"v1.34.4": {"v1.34.4", "1.34.4", "1.34", " v1.34 "},
+		"v1.35.4": {"v1.35.4", "1.35.4", "1.35", "v1.35"},
+	} {
+		for _, sel := range sels {
+			ks, selected, err := SelectKubelets(sel)
+			if err != nil || !selected || len(ks) != 1 || ks[0].Version != want {
+				t.Errorf("SelectKubelets(%q) = %v, %v, %v; want %s, selected", sel, ks, selected, err, want)
+			}
 		}
 	}
-	ks, _, err := SelectKubelets("1.34,v1.37.2")
-	if err != nil || len(ks) != 2 || ks[0].Version != "v1.37.2" || ks[1].Version != "v1.34.4" {
-		t.Errorf("two kubelets: %v %v; want both, newest first", ks, err)
+	ks, _, err := SelectKubelets("1.34,v1.37.2,1.35")
+	if got := strings.Join(versions(ks), ","); err != nil || got != "v1.37.2,v1.35.4,v1.34.4" {
+		t.Errorf("three kubelets: %s %v; want all three, newest first", got, err)
 	}
 	for _, bad := range []string{"v1.35.0", "1.3", "latest", "1.34,"} {
-		if _, _, err := SelectKubelets(bad); err == nil || !strings.Contains(err.Error(), "v1.37.2, v1.34.4") {
+		if _, _, err := SelectKubelets(bad); err == nil || !strings.Contains(err.Error(), "v1.37.2, v1.35.4, v1.34.4") {
 			t.Errorf("SelectKubelets(%q): error %v, want one listing the known versions", bad, err)
 		}
 	}
-	if Kubelets[0].Version != "v1.37.2" {
-		t.Errorf("the newest kubelet, which runs every scenario, is %s", Kubelets[0].Version)
+	if Kubelets[0].Version != "v1.37.2" || Kubelets[0].OnlyWhenSelected {
+		t.Errorf("the newest kubelet, which runs every scenario by default, is %+v", Kubelets[0])
 	}
 }
 

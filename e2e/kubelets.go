@@ -23,6 +23,10 @@ type Kubelet struct {
 	// replaces every staging module by its published v0.x (go install
 	// refuses k8s.io/kubernetes' own replace directives).
 	ToolDir string
+	// OnlyWhenSelected keeps it out of a run that selects no kubelet (make
+	// e2e-kubelet's default, CI's): it runs only when EnvKubelet names it,
+	// so a kubelet checked once by hand adds no CI time.
+	OnlyWhenSelected bool
 }
 
 // Kubelets are the kubelets of make e2e-kubelet, newest first. The newest
@@ -30,15 +34,18 @@ type Kubelet struct {
 // internals most (upgrade, rollback, kill and resume: fullOnly is false),
 // unless KUBELET selects one of them for a run of its own. 1.37.2 is built
 // in the 1.37 control plane's tool module (its packages compile once for
-// both); 1.34.4 has a module of its own.
+// both); 1.34.4 has a module of its own; 1.35.4 is built in the 1.35
+// kubeadm's module and runs only when selected (docs/e2e.md has its run).
 var Kubelets = []Kubelet{
 	{Version: "v1.37.2", ToolDir: "internal/harness/tools/kube137"},
+	{Version: "v1.35.4", ToolDir: "internal/harness/tools/kube135", OnlyWhenSelected: true},
 	{Version: "v1.34.4", ToolDir: "internal/harness/tools/kubelet"},
 }
 
 // EnvKubelet selects kubelets for a run: a version ("v1.34.4"), a minor
 // ("1.34"), or several separated by commas. Unset or empty: every one of
-// Kubelets. A selected kubelet runs every scenario.
+// Kubelets but those OnlyWhenSelected. A selected kubelet runs every
+// scenario.
 const EnvKubelet = "KUBELET"
 
 // KubeletBuildTimeout bounds one go build of kubelet: about 3.5 minutes on
@@ -47,12 +54,18 @@ const KubeletBuildTimeout = 20 * time.Minute
 
 // SelectKubelets is the kubelets sel (EnvKubelet's value) names, in the
 // order of Kubelets, and whether sel named them (a run that selected a
-// kubelet runs every scenario under it). An unknown name is an error that
-// lists the known versions.
+// kubelet runs every scenario under it); sel empty is the kubelets not
+// OnlyWhenSelected. An unknown name is an error that lists the known
+// versions.
 func SelectKubelets(sel string) (ks []Kubelet, selected bool, err error) {
 	sel = strings.TrimSpace(sel)
 	if sel == "" {
-		return Kubelets, false, nil
+		for _, k := range Kubelets {
+			if !k.OnlyWhenSelected {
+				ks = append(ks, k)
+			}
+		}
+		return ks, false, nil
 	}
 	want := map[int]bool{}
 	for _, name := range strings.Split(sel, ",") {

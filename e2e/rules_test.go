@@ -30,12 +30,18 @@ func TestKubeletRules(t *testing.T) {
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no kubeletrules test in the tool modules: %v", err)
 	}
-	// The kubelets the e2e runs are built anyway (their modules are in the
-	// cache); the other minors' kubelet code is a module download and a
-	// compile of kubelet's packages each (3-5 minutes cold), so they run
-	// when EnvKubeletRules is "all" (make kubelet-rules), not in CI.
+	// The kubelets the e2e runs (by default, and those KUBELET selects)
+	// are built anyway (their modules are in the cache); the other minors'
+	// kubelet code is a module download and a compile of kubelet's
+	// packages each (3-5 minutes cold), so they run when EnvKubeletRules
+	// is "all" (make kubelet-rules), not in CI.
+	byDefault, _, _ := SelectKubelets("")
+	selected, _, err := kubeletsFor()
+	if err != nil {
+		t.Fatal(err)
+	}
 	runs := map[string]bool{}
-	for _, k := range Kubelets {
+	for _, k := range append(byDefault, selected...) {
 		runs[filepath.Join(root, k.ToolDir)] = true
 	}
 	all := os.Getenv(EnvKubeletRules) == "all"

@@ -3,7 +3,8 @@
 # v1.37.2 (every scenario) and v1.34.4 (the upgrade, rollback and
 # kill-resume scenarios) on containerd and runc (docs/e2e.md); KUBELET=v1.34.4
 # (or 1.34, or a comma list) runs every scenario under the kubelet(s) named
-# instead. Needs root. Installs containerd and
+# instead; KUBELET=1.35 runs v1.35.4, which only a selection runs (e2e.Kubelet
+# OnlyWhenSelected). Needs root. Installs containerd and
 # runc with apt-get when missing; the real etcds and Kubernetes control
 # planes (kube-apiserver, -controller-manager, -scheduler v1.36.3 and
 # v1.37.2) are built first (make real-binaries: about 11 minutes per
