@@ -161,9 +161,13 @@ func scenarios(t *testing.T, c *Cluster) []string {
 		a, b := stratum(t, cp1, "run", "--to", rel), stratum(t, cp2, "run", "--to", rel)
 		a.ok(t, runTimeout, cli.ExitOK)
 		b.ok(t, runTimeout, cli.ExitOK)
-		// kube-scheduler never answers: a shorter wait for it than the
-		// default 3 minutes.
-		stratum(t, cp3, "run", "--to", refusing, "--active-timeout", "60s").ok(t, runTimeout, cli.ExitRolledBack)
+		// kube-scheduler exits at once, every time kubelet starts it: a
+		// shorter wait for it than the default 3 minutes. Inside a PID
+		// namespace exec events cannot be subscribed to (cn_proc serves
+		// the initial one only), so the process scan polls and may not
+		// see a process that lives a few milliseconds: the wait that
+		// gives up is then the replacement's.
+		stratum(t, cp3, "run", "--to", refusing, "--active-timeout", "60s", "--replace-timeout", "90s").ok(t, runTimeout, cli.ExitRolledBack)
 		a, b = stratum(t, cp2, "rollback", "--last"), stratum(t, cp1, "rollback", "--last")
 		a.ok(t, runTimeout, cli.ExitOK)
 		b.ok(t, runTimeout, cli.ExitOK)
