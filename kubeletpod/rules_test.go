@@ -98,7 +98,7 @@ func TestCheckRuleCases(t *testing.T) {
 			}
 		}
 	}
-	for _, v := range []string{"accepted", "refused", "dropped"} {
+	for _, v := range []string{"accepted", "refused", "invalid", "dropped"} {
 		if seen[v] == 0 {
 			t.Errorf("no case is %s", v)
 		}
@@ -150,4 +150,26 @@ func TestCheckKubeadmManifests(t *testing.T) {
 		}
 	}
 	t.Logf("%d kubeadm manifests", len(paths))
+}
+
+// TestCheckRestartPolicyMessage: kubelet 1.34's refusal of a container's
+// own restartPolicy tells the operator both ways out; 1.35 runs the pod.
+func TestCheckRestartPolicyMessage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "kubelet-rules", "restart-policy-never.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Check(b, "v1.34.4")
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("kubelet 1.34: %v %v, want one problem", ps, err)
+	}
+	for _, s := range []string{"kubelet 1.34 refuses", "spec.containers[0].restartPolicy: Never", "would not run this pod", "remove it from the patch", "upgrade the kubelet to 1.35"} {
+		if !strings.Contains(ps[0].Message, s) {
+			t.Errorf("message %q does not say %q", ps[0].Message, s)
+		}
+	}
+	t.Log(ps[0].Message)
+	if ps, err := Check(b, "v1.35.4"); err != nil || len(ps) != 0 {
+		t.Errorf("kubelet 1.35: %v %v, want none", ps, err)
+	}
 }
