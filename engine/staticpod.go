@@ -15,7 +15,8 @@ import (
 // CheckStaticPodKubelet is the pre-flight check that each rendered
 // manifest is a pod the target version's kubelet runs as written: one it
 // would refuse (a static pod referencing an API object, refused by 1.34's
-// kubelets by default and by 1.37's always) never runs, and a field it
+// kubelets by default and by 1.37's always; a container's own
+// restartPolicy, refused by 1.34's) never runs, and a field it
 // would drop (unknown to it) is lost silently. The node's kubelet moves to
 // the target minor after its control plane, and then reads every manifest
 // again.

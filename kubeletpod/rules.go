@@ -26,8 +26,9 @@ type Problem struct {
 	Refused bool
 	// What is kubelet's reason: the API resource the pod references
 	// ("secrets", "configmaps (via projected volumes)"), as kubelet's
-	// "static pods may not reference <what>" names it, or the unknown
-	// field's path ("spec.hostNetwrk").
+	// "static pods may not reference <what>" names it, or the path of the
+	// field kubelet does not know ("spec.hostNetwrk") or finds invalid
+	// ("spec.containers[0].restartPolicy").
 	What string
 	// Message says it all for an operator.
 	Message string
@@ -50,7 +51,11 @@ var ErrNotAPod = errors.New("not a static pod kubelet can read")
 //   - a pod that references an API object (a Secret, ConfigMap, service
 //     account, claim, or a volume that needs one) is refused: by default
 //     from 1.34 (the PreventStaticPodAPIReferences gate, beta and on), with
-//     no way to turn it off from 1.37, where the gate is gone.
+//     no way to turn it off from 1.37, where the gate is gone;
+//   - a container's own restartPolicy is refused by kubelet 1.34 on a
+//     regular container, and on an init container unless Always (a
+//     sidecar); from 1.35 Always, OnFailure and Never are valid on either
+//     (see restartPolicies).
 //
 // An error (wrapping ErrNotAPod) is a file kubelet cannot decode, or an
 // unknown version.
@@ -80,6 +85,7 @@ func Check(b []byte, kubeletVersion string) ([]Problem, error) {
 			"pod %s: kubelet %s does not know the field %s and drops it: the pod would run without it (misspelled, or newer than Kubernetes v1.34?)",
 			pod.Name, minor, field)})
 	}
+	out = append(out, restartPolicies(pod, v.Minor())...)
 	if what := apiReference(pod); what != "" {
 		gate := "by default from 1.34 (feature gate PreventStaticPodAPIReferences), and always from 1.37"
 		out = append(out, Problem{Refused: true, What: what, Message: fmt.Sprintf(
@@ -87,6 +93,46 @@ func Check(b []byte, kubeletVersion string) ([]Problem, error) {
 			pod.Name, what, minor, gate)})
 	}
 	return out, nil
+}
+
+// restartPolicies are kubelet 1.<minor>'s refusals of a container's own
+// restartPolicy, by its validation of a static pod: up to 1.34
+// that runs with no validation options, so the ContainerRestartRules
+// fields are refused even with the gate on; from 1.35 (k/k#135031) with
+// the options the gates call for, and the gate is on by default.
+func restartPolicies(pod *corev1.Pod, minor uint) []Problem {
+	var out []Problem
+	check := func(kind string, i int, c corev1.Container) {
+		if c.RestartPolicy == nil {
+			return
+		}
+		p := *c.RestartPolicy
+		path := fmt.Sprintf("spec.%s[%d].restartPolicy", kind, i)
+		var why, fix string
+		switch {
+		case minor <= 34 && kind == "containers":
+			why = fmt.Sprintf("refuses a restartPolicy on a regular container (%s: %s; it may be set only on an init container until kubelet 1.35)", path, p)
+			fix = "remove it from the patch that sets it, or upgrade the kubelet to 1.35 or later first"
+		case minor <= 34 && p != corev1.ContainerRestartPolicyAlways:
+			why = fmt.Sprintf("refuses %s: %s on an init container (only Always, a sidecar, until kubelet 1.35)", path, p)
+			fix = "remove it from the patch that sets it, or upgrade the kubelet to 1.35 or later first"
+		case p != corev1.ContainerRestartPolicyAlways && p != corev1.ContainerRestartPolicyOnFailure && p != corev1.ContainerRestartPolicyNever:
+			why = fmt.Sprintf("refuses %s: %q (valid: Always, OnFailure, Never)", path, p)
+			fix = "correct it in the patch that sets it"
+		default:
+			return
+		}
+		out = append(out, Problem{Refused: true, What: path, Message: fmt.Sprintf(
+			"pod %s: kubelet 1.%d %s, so it would not run this pod: %s",
+			pod.Name, minor, why, fix)})
+	}
+	for i, c := range pod.Spec.InitContainers {
+		check("initContainers", i, c)
+	}
+	for i, c := range pod.Spec.Containers {
+		check("containers", i, c)
+	}
+	return out
 }
 
 // unknownField is the path a strict decoding error names: `unknown field

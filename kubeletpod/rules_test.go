@@ -12,12 +12,16 @@ import (
 
 // ruleCase is one file of testdata/kubelet-rules: a static pod and, on its
 // first line, what kubelet does with it: "# kubelet: accepted", "# kubelet:
-// refused <resource>" or "# kubelet: dropped <field path>". The tool
-// modules' kubeletrules tests run the real kubelet on the same files and
-// check the same line, so Check and kubelet agree through them.
+// refused <resource>" (a static pod referencing an API object), "# kubelet:
+// invalid <field path>" (kubelet's validation refuses the file) or "#
+// kubelet: dropped <field path>". Lines right after it such as "# kubelet
+// 1.34: invalid <field path>" say what one minor's kubelet does instead.
+// The tool modules' kubeletrules tests run the real kubelet on the same
+// files and check the same lines, so Check and kubelet agree through them.
 type ruleCase struct {
-	name, verdict, what string
-	data                []byte
+	name    string
+	verdict map[string]string // by minor, "" for every other minor
+	data    []byte
 }
 
 // ruleCases reads testdata/kubelet-rules.
@@ -33,15 +37,36 @@ func ruleCases(t *testing.T) []ruleCase {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, _, _ := strings.Cut(string(b), "\n")
-		rest, ok := strings.CutPrefix(first, "# kubelet: ")
-		if !ok {
-			t.Fatalf("%s: first line %q, want \"# kubelet: accepted|refused <resource>|dropped <field>\"", p, first)
+		c := ruleCase{name: filepath.Base(p), verdict: map[string]string{}, data: b}
+		for i, line := range strings.Split(string(b), "\n") {
+			rest, ok := strings.CutPrefix(line, "# kubelet")
+			if !ok {
+				break
+			}
+			minor, verdict, ok := strings.Cut(rest, ": ")
+			minor = strings.TrimSpace(minor)
+			if _, dup := c.verdict[minor]; !ok || dup || (i == 0) != (minor == "") {
+				t.Fatalf("%s: line %q, want \"# kubelet: accepted|refused <resource>|invalid <field>|dropped <field>\" first, then \"# kubelet 1.NN: ...\"", p, line)
+			}
+			c.verdict[minor] = verdict
 		}
-		verdict, what, _ := strings.Cut(rest, " ")
-		out = append(out, ruleCase{name: filepath.Base(p), verdict: verdict, what: what, data: b})
+		if _, ok := c.verdict[""]; !ok {
+			t.Fatalf("%s: no \"# kubelet: ...\" first line", p)
+		}
+		out = append(out, c)
 	}
 	return out
+}
+
+// For is the verdict ("accepted", "refused", "invalid", "dropped") and
+// what it names for kubelet minor.
+func (c ruleCase) For(minor string) (verdict, what string) {
+	v, ok := c.verdict[minor]
+	if !ok {
+		v = c.verdict[""]
+	}
+	verdict, what, _ = strings.Cut(v, " ")
+	return verdict, what
 }
 
 // TestCheckRuleCases: Check says of each case what its first line says
@@ -49,30 +74,31 @@ func ruleCases(t *testing.T) []ruleCase {
 func TestCheckRuleCases(t *testing.T) {
 	seen := map[string]int{}
 	for _, c := range ruleCases(t) {
-		seen[c.verdict]++
 		for _, minor := range versions.KubernetesMinors {
+			verdict, what := c.For(minor)
+			seen[verdict]++
 			ps, err := Check(c.data, "v"+minor+".0")
 			if err != nil {
 				t.Errorf("%s, kubelet %s: %v", c.name, minor, err)
 				continue
 			}
-			switch c.verdict {
+			switch verdict {
 			case "accepted":
 				if len(ps) != 0 {
 					t.Errorf("%s, kubelet %s: problems %v, want none", c.name, minor, ps)
 				}
-			case "refused", "dropped":
-				if len(ps) != 1 || ps[0].Refused != (c.verdict == "refused") || ps[0].What != c.what {
-					t.Errorf("%s, kubelet %s: problems %+v, want one: %s %q", c.name, minor, ps, c.verdict, c.what)
-				} else if !strings.Contains(ps[0].Message, c.what) || !strings.Contains(ps[0].Message, "kubelet "+minor) {
-					t.Errorf("%s: message %q names neither %q nor kubelet %s", c.name, ps[0].Message, c.what, minor)
+			case "refused", "invalid", "dropped":
+				if len(ps) != 1 || ps[0].Refused != (verdict != "dropped") || ps[0].What != what {
+					t.Errorf("%s, kubelet %s: problems %+v, want one: %s %q", c.name, minor, ps, verdict, what)
+				} else if !strings.Contains(ps[0].Message, what) || !strings.Contains(ps[0].Message, "kubelet "+minor) {
+					t.Errorf("%s: message %q names neither %q nor kubelet %s", c.name, ps[0].Message, what, minor)
 				}
 			default:
-				t.Fatalf("%s: verdict %q, want accepted, refused or dropped", c.name, c.verdict)
+				t.Fatalf("%s: verdict %q, want accepted, refused, invalid or dropped", c.name, verdict)
 			}
 		}
 	}
-	for _, v := range []string{"accepted", "refused", "dropped"} {
+	for _, v := range []string{"accepted", "refused", "invalid", "dropped"} {
 		if seen[v] == 0 {
 			t.Errorf("no case is %s", v)
 		}
@@ -124,4 +150,26 @@ func TestCheckKubeadmManifests(t *testing.T) {
 		}
 	}
 	t.Logf("%d kubeadm manifests", len(paths))
+}
+
+// TestCheckRestartPolicyMessage: kubelet 1.34's refusal of a container's
+// own restartPolicy tells the operator both ways out; 1.35 runs the pod.
+func TestCheckRestartPolicyMessage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "kubelet-rules", "restart-policy-never.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Check(b, "v1.34.4")
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("kubelet 1.34: %v %v, want one problem", ps, err)
+	}
+	for _, s := range []string{"kubelet 1.34 refuses", "spec.containers[0].restartPolicy: Never", "would not run this pod", "remove it from the patch", "upgrade the kubelet to 1.35"} {
+		if !strings.Contains(ps[0].Message, s) {
+			t.Errorf("message %q does not say %q", ps[0].Message, s)
+		}
+	}
+	t.Log(ps[0].Message)
+	if ps, err := Check(b, "v1.35.4"); err != nil || len(ps) != 0 {
+		t.Errorf("kubelet 1.35: %v %v, want none", ps, err)
+	}
 }

@@ -3,8 +3,9 @@
 // each case of kubeletpod/testdata/kubelet-rules goes through kubelet's own
 // file source (k8s.io/kubernetes/pkg/kubelet/config.NewSourceFile, as
 // kubelet wires it), and what kubelet does with it must be what the case's
-// first line says, the line kubeletpod's own test holds Check to. So a rule
-// of Check that kubelet does not follow fails here, on kubelet's code.
+// first lines say for this kubelet's minor, the lines kubeletpod's own test
+// holds Check to. So a rule of Check that kubelet does not follow fails
+// here, on kubelet's code.
 //
 // This file is the same in every tool module that has the test (kubebuild's
 // TestToolProgramsIdentical); source_test.go, the wiring of kubelet's file
@@ -16,10 +17,10 @@ package kubeletrules
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -37,19 +38,26 @@ func TestKubeletRules(t *testing.T) {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no cases in %s: %v", cases, err)
 	}
-	t.Logf("kubelet's code of k8s.io/kubernetes %s", kubernetesVersion())
+	kube, err := kubernetesVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubelet's code of k8s.io/kubernetes %s", kube)
+	parts := strings.SplitN(strings.TrimPrefix(kube, "v"), ".", 3)
+	if len(parts) != 3 {
+		t.Fatalf("k8s.io/kubernetes %s: no minor to read the cases' verdicts for", kube)
+	}
+	minor := parts[0] + "." + parts[1]
 	for _, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			first, _, _ := strings.Cut(string(b), "\n")
-			rest, ok := strings.CutPrefix(first, "# kubelet: ")
-			if !ok {
-				t.Fatalf("first line %q, want \"# kubelet: accepted|refused <resource>|dropped <field>\"", first)
+			verdict, what, err := verdictFor(string(b), minor)
+			if err != nil {
+				t.Fatal(err)
 			}
-			verdict, what, _ := strings.Cut(rest, " ")
 			pod, err := read(p, 30*time.Second)
 			switch verdict {
 			case "accepted":
@@ -77,23 +85,54 @@ func TestKubeletRules(t *testing.T) {
 				if strings.Contains(string(j), `"`+field+`"`) {
 					t.Fatalf("kubelet kept the field %s: %s", what, j)
 				}
+			case "invalid":
+				if err == nil || !strings.Contains(err.Error(), "invalid pod: ") || !strings.Contains(err.Error(), what+": ") {
+					t.Fatalf("kubelet: pod %v, error %v; want its validation's error on %s", pod != nil, err, what)
+				}
+				t.Logf("kubelet: %v", err)
 			default:
-				t.Fatalf("verdict %q, want accepted, refused or dropped", verdict)
+				t.Fatalf("verdict %q, want accepted, refused, invalid or dropped", verdict)
 			}
 		})
 	}
 }
 
-// kubernetesVersion is the k8s.io/kubernetes this test is built with.
-func kubernetesVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "k8s.io/kubernetes" {
-				return d.Version
-			}
+// verdictFor is what the case file b says kubelet minor does with it: its
+// first line, "# kubelet: <verdict> [<what>]", unless a line right after
+// it, "# kubelet <minor>: <verdict> [<what>]", says otherwise for minor.
+func verdictFor(b, minor string) (verdict, what string, err error) {
+	lines := strings.Split(b, "\n")
+	v, ok := strings.CutPrefix(lines[0], "# kubelet: ")
+	if !ok {
+		return "", "", fmt.Errorf("first line %q, want \"# kubelet: accepted|refused <resource>|invalid <field>|dropped <field>\"", lines[0])
+	}
+	for _, line := range lines[1:] {
+		rest, ok := strings.CutPrefix(line, "# kubelet ")
+		if !ok {
+			break
+		}
+		if m, mv, ok := strings.Cut(rest, ": "); ok && m == minor {
+			v = mv
 		}
 	}
-	return "(unknown)"
+	verdict, what, _ = strings.Cut(v, " ")
+	return verdict, what, nil
+}
+
+// kubernetesVersion is the k8s.io/kubernetes this module requires (its
+// go.mod, one directory up), the kubelet code this test runs: a test
+// binary's build information does not list its dependencies.
+func kubernetesVersion() (string, error) {
+	b, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("this module's go.mod: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "k8s.io/kubernetes" && strings.HasPrefix(f[1], "v") {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("this module's go.mod requires no k8s.io/kubernetes")
 }
 
 // read starts kubelet's file source on the file at path and returns the
