@@ -9,12 +9,9 @@ package realcluster
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -103,23 +100,6 @@ func (c *Cluster) StartLoad(scenario string) (*Load, error) {
 	l.every(l.writeKey)
 	l.every(func(int) { l.probe() })
 	return l, nil
-}
-
-// etcdTLS is the client TLS of kubeadm's apiserver-etcd-client
-// certificate, which the API server writes to etcd with.
-func (c *Cluster) etcdTLS() (*tls.Config, error) {
-	pki := c.Nodes[0].HostPath("/etc/kubernetes/pki")
-	cert, err := tls.LoadX509KeyPair(pki+"/apiserver-etcd-client.crt", pki+"/apiserver-etcd-client.key")
-	if err != nil {
-		return nil, fmt.Errorf("real cluster: etcd client certificate: %w", err)
-	}
-	ca, err := os.ReadFile(pki + "/etcd/ca.crt")
-	if err != nil {
-		return nil, fmt.Errorf("real cluster: etcd CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
 }
 
 // every runs f(0), f(1), ... every LoadInterval, each in its own
