@@ -97,6 +97,7 @@ func (e *Engine) PlanWith(ctx context.Context, rel *Release, opts UpgradeOptions
 	if err != nil {
 		return nil, err
 	}
+	opts.kubelet = liveKubelet{read: e.kubelet, log: e.log}
 	return PlanUpgrade(ctx, e.store, e.procs, st, rel, opts)
 }
 
@@ -128,6 +129,7 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 	if err != nil {
 		return nil, err
 	}
+	opts.kubelet = liveKubelet{read: e.kubelet, log: e.log}
 	return PlanState(ctx, e.store, e.procs, st, to, opts)
 }
 

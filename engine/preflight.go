@@ -107,6 +107,10 @@ type UpgradeOptions struct {
 	// transaction, is unknown, and the stricter check of a single member
 	// applies (etcd's health refused at once, its data dir checked).
 	members int
+	// kubelet reads the node's running kubelet for StaticPodKubelet: the
+	// Engine's (Config.Kubelet); the zero value, as for a plan outside
+	// an Engine, reads none.
+	kubelet liveKubelet
 }
 
 // preflight is how planTo runs the checks.
@@ -114,6 +118,8 @@ type preflight struct {
 	ignore []string
 	// members is UpgradeOptions.members.
 	members int
+	// kubelet is UpgradeOptions.kubelet.
+	kubelet liveKubelet
 	// procs answers EtcdHealth; nil fails it as unknown.
 	procs Processes
 	// subject names the target in a refusal: "release v1.37.2".
