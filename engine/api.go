@@ -97,7 +97,10 @@ func (e *Engine) PlanWith(ctx context.Context, rel *Release, opts UpgradeOptions
 	if err != nil {
 		return nil, err
 	}
-	opts.kubelet = liveKubelet{read: e.kubelet, log: e.log}
+	opts.log = e.log
+	if opts.Kubelet == nil {
+		opts.Kubelet = e.kubelet
+	}
 	return PlanUpgrade(ctx, e.store, e.procs, st, rel, opts)
 }
 
@@ -129,7 +132,10 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 	if err != nil {
 		return nil, err
 	}
-	opts.kubelet = liveKubelet{read: e.kubelet, log: e.log}
+	opts.log = e.log
+	if opts.Kubelet == nil {
+		opts.Kubelet = e.kubelet
+	}
 	return PlanState(ctx, e.store, e.procs, st, to, opts)
 }
 

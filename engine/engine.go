@@ -130,7 +130,8 @@ type Config struct {
 	// ("v1.34.4") from the cluster's API server (its Node's
 	// status.nodeInfo.kubeletVersion) for the StaticPodKubelet check: that
 	// kubelet reads each manifest as soon as it is written. Nil, or an
-	// error: the check has only the target's kubelet.
+	// error: the check has only the target's kubelet, and the log says
+	// so. UpgradeOptions.Kubelet, when set, is read instead.
 	Kubelet func(ctx context.Context) (string, error)
 }
 

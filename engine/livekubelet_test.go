@@ -62,6 +62,13 @@ func TestStaticPodKubeletChecksTheLiveKubelet(t *testing.T) {
 		t.Fatal("the refusal wrote something")
 	}
 
+	// A plan outside an Engine (the plan command's) reads the kubelet it
+	// is given in UpgradeOptions, and refuses the same.
+	live := UpgradeOptions{Kubelet: func(context.Context) (string, error) { return "v1.34.4", nil }}
+	if _, err := PlanUpgrade(t.Context(), n.store, n.k, n.st, rel, live); !errors.As(err, &pe) || !strings.Contains(err.Error(), "kubelet 1.34 refuses a restartPolicy") {
+		t.Fatalf("PlanUpgrade with kubelet v1.34.4 live: %v; want refused by %s", err, CheckStaticPodKubelet)
+	}
+
 	// The live kubelet at the target's minor already: nothing refuses.
 	e = n.engine(nil)
 	e.kubelet = func(context.Context) (string, error) { return "v1.35.4", nil }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,10 +108,14 @@ type UpgradeOptions struct {
 	// transaction, is unknown, and the stricter check of a single member
 	// applies (etcd's health refused at once, its data dir checked).
 	members int
-	// kubelet reads the node's running kubelet for StaticPodKubelet: the
-	// Engine's (Config.Kubelet); the zero value, as for a plan outside
-	// an Engine, reads none.
-	kubelet liveKubelet
+	// Kubelet, if set, reads the version of the node's running kubelet
+	// for StaticPodKubelet, as Config.Kubelet does (an Engine's plans use
+	// that one when this is nil): for a plan outside an Engine.
+	Kubelet func(ctx context.Context) (string, error)
+	// log, set by an Engine, is where an unread kubelet is warned of, and
+	// no Kubelet too; nil: slog.Default(), and no Kubelet says nothing (a
+	// plan with no API server to ask).
+	log *slog.Logger
 }
 
 // preflight is how planTo runs the checks.
@@ -118,7 +123,7 @@ type preflight struct {
 	ignore []string
 	// members is UpgradeOptions.members.
 	members int
-	// kubelet is UpgradeOptions.kubelet.
+	// kubelet reads UpgradeOptions.Kubelet.
 	kubelet liveKubelet
 	// procs answers EtcdHealth; nil fails it as unknown.
 	procs Processes

@@ -94,7 +94,7 @@ func PlanState(ctx context.Context, store Manifests, procs Processes, st, to *no
 	if err := CheckStateChange(st, to); err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: opts.kubelet, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err

@@ -37,8 +37,8 @@ import (
 const CheckStaticPodKubelet = "StaticPodKubelet"
 
 // liveKubelet reads the version of the node's running kubelet
-// (Config.Kubelet), logging to log why it could not; the zero value reads
-// nothing.
+// (UpgradeOptions.Kubelet), warning in log why it could not; a nil log is
+// slog.Default(), and then no read at all is no warning.
 type liveKubelet struct {
 	read func(ctx context.Context) (string, error)
 	log  *slog.Logger
@@ -49,11 +49,15 @@ type liveKubelet struct {
 // Node with no version. Unknown is no refusal: the check then has the
 // target's kubelet alone, as the log says.
 func (k liveKubelet) version(ctx context.Context) string {
-	if k.log == nil {
-		return "" // outside a transaction command: nothing to read it from
+	log := k.log
+	if log == nil {
+		if k.read == nil {
+			return "" // a plan with no API server to ask
+		}
+		log = slog.Default()
 	}
 	if k.read == nil {
-		k.log.Warn("static pods checked against the target's kubelet alone: there is no API server to read this node's running kubelet from")
+		log.Warn("static pods checked against the target's kubelet alone: there is no API server to read this node's running kubelet from")
 		return ""
 	}
 	v, err := k.read(ctx)
@@ -63,7 +67,7 @@ func (k liveKubelet) version(ctx context.Context) string {
 		}
 	}
 	if err != nil {
-		k.log.Warn("static pods checked against the target's kubelet alone: this node's running kubelet's version cannot be read from the API server", "err", err)
+		log.Warn("static pods checked against the target's kubelet alone: this node's running kubelet's version cannot be read from the API server", "err", err)
 		return ""
 	}
 	return v
