@@ -170,6 +170,24 @@ func (v *clusterView) kubelet() func(context.Context) (string, error) {
 	}
 }
 
+// planKubelet is plan's source of this node's running kubelet's version
+// (engine.UpgradeOptions.Kubelet), so that plan refuses what run and
+// apply would: read once, through admin.conf in the node state's
+// kubeconfigDir; nil without it (plan has no --kubeconfig).
+func (g *globals) planKubelet(st *nodestate.NodeState) func(context.Context) (string, error) {
+	cs, err := kubeapi.Connect(filepath.Join(st.KubeconfigDir, "admin.conf"))
+	if err != nil {
+		if !errors.Is(err, kubeapi.ErrNoKubeconfig) {
+			g.log.Warn("static pods checked against the target's kubelet alone: the cluster's API server cannot be asked for this node's", "err", err)
+		}
+		return nil
+	}
+	read := sync.OnceValues(func() (string, error) {
+		return kubeapi.KubeletVersion(context.Background(), cs, kubeapi.NodeRef{Name: st.NodeName, Address: st.AdvertiseAddress})
+	})
+	return func(context.Context) (string, error) { return read() }
+}
+
 // unanswered is kubeapi's ErrUnanswered as the engine's
 // ErrAPIServerUnanswered, its message kubeapi's.
 type unanswered struct{ error }

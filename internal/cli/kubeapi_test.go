@@ -158,7 +158,7 @@ func TestClusterViewSkewSource(t *testing.T) {
 
 // TestClusterViewKubeletSource: the StaticPodKubelet pre-flight reads this
 // node's running kubelet from its Node (the node state's nodeName)
-// whatever --no-events says; without a kubeconfig there is nothing to
+// whatever --no-events says, and so does plan's; without a kubeconfig there is nothing to
 // read, and an API server that does not answer is an error, not a version.
 func TestClusterViewKubeletSource(t *testing.T) {
 	var asked []string
@@ -184,8 +184,17 @@ func TestClusterViewKubeletSource(t *testing.T) {
 		t.Fatalf("kubelet %q %v (asked %v); want v1.34.4 from Node cp-1", v, err, asked)
 	}
 
+	// plan's, through the same admin.conf, read once.
+	asked = nil
+	plan := g.planKubelet(st)
+	for range 2 {
+		if v, err := plan(t.Context()); err != nil || v != "v1.34.4" || !slices.Equal(asked, []string{"/api/v1/nodes/cp-1"}) {
+			t.Fatalf("plan's kubelet %q %v (asked %v); want v1.34.4 from Node cp-1, once", v, err, asked)
+		}
+	}
+
 	st.KubeconfigDir = t.TempDir() // no admin.conf
-	if read := g.clusterOf(st).kubelet(); read != nil {
+	if g.clusterOf(st).kubelet() != nil || g.planKubelet(st) != nil {
 		t.Error("a read of the kubelet without a kubeconfig")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
