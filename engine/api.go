@@ -97,6 +97,10 @@ func (e *Engine) PlanWith(ctx context.Context, rel *Release, opts UpgradeOptions
 	if err != nil {
 		return nil, err
 	}
+	opts.log = e.log
+	if opts.Kubelet == nil {
+		opts.Kubelet = e.kubelet
+	}
 	return PlanUpgrade(ctx, e.store, e.procs, st, rel, opts)
 }
 
@@ -127,6 +131,10 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 	st, err := e.j.NodeState()
 	if err != nil {
 		return nil, err
+	}
+	opts.log = e.log
+	if opts.Kubelet == nil {
+		opts.Kubelet = e.kubelet
 	}
 	return PlanState(ctx, e.store, e.procs, st, to, opts)
 }

@@ -126,6 +126,13 @@ type Config struct {
 	// CLI's is package kubeapi's). Nil: there is no API server to ask,
 	// and the check has only the nodes' records in etcd.
 	APIServers func(ctx context.Context) ([]LiveAPIServer, error)
+	// Kubelet, if set, reads the version of this node's running kubelet
+	// ("v1.34.4") from the cluster's API server (its Node's
+	// status.nodeInfo.kubeletVersion) for the StaticPodKubelet check: that
+	// kubelet reads each manifest as soon as it is written. Nil, or an
+	// error: the check has only the target's kubelet, and the log says
+	// so. UpgradeOptions.Kubelet, when set, is read instead.
+	Kubelet func(ctx context.Context) (string, error)
 }
 
 // Engine runs transactions. It is not safe for concurrent use; the journal's
@@ -166,6 +173,8 @@ type Engine struct {
 	etcdVersions func(ctx context.Context, st *nodestate.NodeState) (*cluster.Versions, error)
 	// apiServers is Config.APIServers.
 	apiServers func(ctx context.Context) ([]LiveAPIServer, error)
+	// kubelet is Config.Kubelet.
+	kubelet func(ctx context.Context) (string, error)
 }
 
 // New returns an Engine for cfg.
@@ -173,7 +182,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images, apiServers: cfg.APIServers}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images, apiServers: cfg.APIServers, kubelet: cfg.Kubelet}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

@@ -122,7 +122,7 @@ func PlanUpgrade(ctx context.Context, store Manifests, procs Processes, st *node
 	if err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, procs: procs, subject: "release " + rel.KubernetesVersion}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "release " + rel.KubernetesVersion}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,6 +108,14 @@ type UpgradeOptions struct {
 	// transaction, is unknown, and the stricter check of a single member
 	// applies (etcd's health refused at once, its data dir checked).
 	members int
+	// Kubelet, if set, reads the version of the node's running kubelet
+	// for StaticPodKubelet, as Config.Kubelet does (an Engine's plans use
+	// that one when this is nil): for a plan outside an Engine.
+	Kubelet func(ctx context.Context) (string, error)
+	// log, set by an Engine, is where an unread kubelet is warned of, and
+	// no Kubelet too; nil: slog.Default(), and no Kubelet says nothing (a
+	// plan with no API server to ask).
+	log *slog.Logger
 }
 
 // preflight is how planTo runs the checks.
@@ -114,6 +123,8 @@ type preflight struct {
 	ignore []string
 	// members is UpgradeOptions.members.
 	members int
+	// kubelet reads UpgradeOptions.Kubelet.
+	kubelet liveKubelet
 	// procs answers EtcdHealth; nil fails it as unknown.
 	procs Processes
 	// subject names the target in a refusal: "release v1.37.2".

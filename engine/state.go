@@ -94,7 +94,7 @@ func PlanState(ctx context.Context, store Manifests, procs Processes, st, to *no
 	if err := CheckStateChange(st, to); err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err
@@ -136,7 +136,7 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 		}
 		findings = append(findings, pf.etcdWAL(st, to)...)
 	}
-	findings = append(findings, staticPodFindings(plan, to.KubernetesVersion)...)
+	findings = append(findings, staticPodFindings(plan, pf.kubelet.version(ctx), to.KubernetesVersion)...)
 	if plan.Ignored, err = pf.settle(findings); err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func TestStaticPodFindings(t *testing.T) {
 		{Component: nodestate.ControllerManager, After: ruleCase(t, "unknown-spec-field.yaml")},
 		{Component: nodestate.Scheduler, After: []byte("kind: [")},
 	}}
-	fs := staticPodFindings(plan, "v1.37.2")
+	fs := staticPodFindings(plan, "", "v1.37.2")
 	var comps []string
 	for _, f := range fs {
 		comps = append(comps, f.Component)

@@ -49,7 +49,7 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.StringVar(&g.logLevel, "log-level", "warn", "log level on stderr: debug, info, warn or error")
 	f.StringVarP(&g.output, "output", "o", "text", "output format: text, json (one JSON object per line) or yaml (one YAML document per object)")
 	f.StringVar(&g.metricsFile, "metrics-file", "", "after the transaction, write Prometheus text-format metrics here (node_exporter textfile collector: <dir>/stratum-upgrade.prom)")
-	f.StringVar(&g.api.kubeconfig, "kubeconfig", "", "the cluster's API server, for the Events on the Node, the kubeadm-config update and the APIServerSkew pre-flight (default: admin.conf in the node state's kubeconfigDir)")
+	f.StringVar(&g.api.kubeconfig, "kubeconfig", "", "the cluster's API server, for the Events on the Node, the kubeadm-config update and the APIServerSkew and StaticPodKubelet pre-flights (default: admin.conf in the node state's kubeconfigDir)")
 	f.BoolVar(&g.api.noEvents, "no-events", false, "post no Events on the Node and leave its annotations alone")
 	f.BoolVar(&g.api.noKubeadmConfig, "no-kubeadm-config", false, "after a commit, leave the kubeadm-config ConfigMap's ClusterConfiguration as it is")
 	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")

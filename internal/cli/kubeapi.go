@@ -36,7 +36,8 @@ const (
 
 // clusterView is the API server as one transaction command sees it: told
 // of the transaction, and asked for the control-plane nodes' versions
-// (the APIServerSkew pre-flight) whatever --no-events and
+// (the APIServerSkew pre-flight) and this node's kubelet's
+// (StaticPodKubelet) whatever --no-events and
 // --no-kubeadm-config say, which are about telling it.
 type clusterView struct {
 	g *globals
@@ -44,7 +45,9 @@ type clusterView struct {
 	// (nil: none owed).
 	j *journal.Journal
 	// cs is nil without a kubeconfig: the node has no API server.
-	cs     kubeapi.API
+	cs kubeapi.API
+	// node is this node's Node, by the node state's name and address.
+	node   kubeapi.NodeRef
 	poster *kubeapi.Poster
 	// baseline makes the kubeadm-config mark when there is none, once, at
 	// the transaction's first event: a command refused before its
@@ -119,15 +122,15 @@ func (g *globals) clusterOf(st *nodestate.NodeState) *clusterView {
 	cs, err := kubeapi.Connect(path)
 	switch {
 	case errors.Is(err, kubeapi.ErrNoKubeconfig) && g.api.kubeconfig == "":
-		g.log.Info("no kubeconfig: the cluster's API server is neither told of this command nor asked for the control-plane nodes' versions", "kubeconfig", path)
+		g.log.Info("no kubeconfig: the cluster's API server is neither told of this command nor asked for the control-plane nodes' and this node's kubelet's versions", "kubeconfig", path)
 		return v
 	case err != nil:
-		g.log.Warn("the cluster's API server is neither told of this command nor asked for the control-plane nodes' versions", "err", err)
+		g.log.Warn("the cluster's API server is neither told of this command nor asked for the control-plane nodes' and this node's kubelet's versions", "err", err)
 		return v
 	}
-	v.cs = cs
+	v.cs, v.node = cs, kubeapi.NodeRef{Name: st.NodeName, Address: st.AdvertiseAddress}
 	if !g.api.noEvents {
-		v.poster = kubeapi.NewPoster(cs, kubeapi.NodeRef{Name: st.NodeName, Address: st.AdvertiseAddress}, g.log)
+		v.poster = kubeapi.NewPoster(cs, v.node, g.log)
 	}
 	return v
 }
@@ -153,6 +156,36 @@ func (v *clusterView) apiServers() func(context.Context) ([]engine.LiveAPIServer
 		}
 		return out, nil
 	}
+}
+
+// kubelet is the engine's live source of this node's running kubelet's
+// version (engine.Config.Kubelet), its Node's, whatever --no-events says:
+// nil without an API server, which the engine then says.
+func (v *clusterView) kubelet() func(context.Context) (string, error) {
+	if v.cs == nil {
+		return nil
+	}
+	return func(ctx context.Context) (string, error) {
+		return kubeapi.KubeletVersion(ctx, v.cs, v.node)
+	}
+}
+
+// planKubelet is plan's source of this node's running kubelet's version
+// (engine.UpgradeOptions.Kubelet), so that plan refuses what run and
+// apply would: read once, through admin.conf in the node state's
+// kubeconfigDir; nil without it (plan has no --kubeconfig).
+func (g *globals) planKubelet(st *nodestate.NodeState) func(context.Context) (string, error) {
+	cs, err := kubeapi.Connect(filepath.Join(st.KubeconfigDir, "admin.conf"))
+	if err != nil {
+		if !errors.Is(err, kubeapi.ErrNoKubeconfig) {
+			g.log.Warn("static pods checked against the target's kubelet alone: the cluster's API server cannot be asked for this node's", "err", err)
+		}
+		return nil
+	}
+	read := sync.OnceValues(func() (string, error) {
+		return kubeapi.KubeletVersion(context.Background(), cs, kubeapi.NodeRef{Name: st.NodeName, Address: st.AdvertiseAddress})
+	})
+	return func(context.Context) (string, error) { return read() }
 }
 
 // unanswered is kubeapi's ErrUnanswered as the engine's

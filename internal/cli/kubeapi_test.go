@@ -156,6 +156,59 @@ func TestClusterViewSkewSource(t *testing.T) {
 	}
 }
 
+// TestClusterViewKubeletSource: the StaticPodKubelet pre-flight reads this
+// node's running kubelet from its Node (the node state's nodeName)
+// whatever --no-events says, and so does plan's; without a kubeconfig there is nothing to
+// read, and an API server that does not answer is an error, not a version.
+func TestClusterViewKubeletSource(t *testing.T) {
+	var asked []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != "/api/v1/nodes/cp-1" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+			return
+		}
+		fmt.Fprint(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"cp-1"},"status":{"nodeInfo":{"kubeletVersion":"v1.34.4"}}}`)
+	}))
+	t.Cleanup(srv.Close)
+	g := &globals{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	g.api.noEvents = true
+	st := &nodestate.NodeState{NodeName: "cp-1", AdvertiseAddress: "10.0.0.11", KubeconfigDir: adminConf(t, t.TempDir(), srv.URL)}
+	read := g.clusterOf(st).kubelet()
+	if read == nil {
+		t.Fatal("no read of the kubelet with a kubeconfig")
+	}
+	if v, err := read(t.Context()); err != nil || v != "v1.34.4" || !slices.Equal(asked, []string{"/api/v1/nodes/cp-1"}) {
+		t.Fatalf("kubelet %q %v (asked %v); want v1.34.4 from Node cp-1", v, err, asked)
+	}
+
+	// plan's, through the same admin.conf, read once.
+	asked = nil
+	plan := g.planKubelet(st)
+	for range 2 {
+		if v, err := plan(t.Context()); err != nil || v != "v1.34.4" || !slices.Equal(asked, []string{"/api/v1/nodes/cp-1"}) {
+			t.Fatalf("plan's kubelet %q %v (asked %v); want v1.34.4 from Node cp-1, once", v, err, asked)
+		}
+	}
+
+	st.KubeconfigDir = t.TempDir() // no admin.conf
+	if g.clusterOf(st).kubelet() != nil || g.planKubelet(st) != nil {
+		t.Error("a read of the kubelet without a kubeconfig")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "https://" + l.Addr().String()
+	l.Close()
+	st.KubeconfigDir = adminConf(t, t.TempDir(), down)
+	if v, err := g.clusterOf(st).kubelet()(t.Context()); err == nil || v != "" {
+		t.Errorf("API down: %q %v; want an error", v, err)
+	}
+}
+
 // TestClusterViewOwesVersionChangesOnly: only a commit that changed the
 // versions owes the kubeadm-config update (lastChange); a commit that
 // left them (a restart, an extra arg) owes nothing: on a node of a

@@ -273,6 +273,9 @@ func (g *globals) showPlan(in planInput) error {
 	if err != nil {
 		return err
 	}
+	if in.opts != nil {
+		in.opts.Kubelet = g.planKubelet(st)
+	}
 	plan, err := in.plan(store, st)
 	refused := g.planRefused(in, store, st, &plan, &err)
 	if errors.Is(err, engine.ErrNothingToDo) {
