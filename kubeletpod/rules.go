@@ -112,10 +112,10 @@ func restartPolicies(pod *corev1.Pod, minor uint) []Problem {
 		switch {
 		case minor <= 34 && kind == "containers":
 			why = fmt.Sprintf("refuses a restartPolicy on a regular container (%s: %s; it may be set only on an init container until kubelet 1.35)", path, p)
-			fix = "remove it from the patch that sets it, or upgrade the kubelet to 1.35 or later first"
+			fix = "remove it from the patch that sets it, and set it again once the node's kubelet runs 1.35 or later (the kubelet is upgraded after the control plane)"
 		case minor <= 34 && p != corev1.ContainerRestartPolicyAlways:
 			why = fmt.Sprintf("refuses %s: %s on an init container (only Always, a sidecar, until kubelet 1.35)", path, p)
-			fix = "remove it from the patch that sets it, or upgrade the kubelet to 1.35 or later first"
+			fix = "remove it from the patch that sets it, and set it again once the node's kubelet runs 1.35 or later (the kubelet is upgraded after the control plane)"
 		case p != corev1.ContainerRestartPolicyAlways && p != corev1.ContainerRestartPolicyOnFailure && p != corev1.ContainerRestartPolicyNever:
 			why = fmt.Sprintf("refuses %s: %q (valid: Always, OnFailure, Never)", path, p)
 			fix = "correct it in the patch that sets it"

@@ -163,7 +163,7 @@ func TestCheckRestartPolicyMessage(t *testing.T) {
 	if err != nil || len(ps) != 1 {
 		t.Fatalf("kubelet 1.34: %v %v, want one problem", ps, err)
 	}
-	for _, s := range []string{"kubelet 1.34 refuses", "spec.containers[0].restartPolicy: Never", "would not run this pod", "remove it from the patch", "upgrade the kubelet to 1.35"} {
+	for _, s := range []string{"kubelet 1.34 refuses", "spec.containers[0].restartPolicy: Never", "would not run this pod", "remove it from the patch", "set it again once the node's kubelet runs 1.35"} {
 		if !strings.Contains(ps[0].Message, s) {
 			t.Errorf("message %q does not say %q", ps[0].Message, s)
 		}
