@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -57,7 +59,9 @@ func (n *Node) Crash() error {
 	for i := 0; i < 100; i++ {
 		left := 0
 		for _, p := range n.PIDs() {
-			if p == initPID || p == outer {
+			// The init's own sleep is started again every second: it is
+			// the init, not a process of the node's.
+			if p == initPID || p == outer || (parentOf(p) == initPID && comm(p) == "sleep") {
 				continue
 			}
 			left++
@@ -91,4 +95,30 @@ func (n *Node) Boot(ctx context.Context) error {
 		return err
 	}
 	return n.StartAgain("kubelet")
+}
+
+// parentOf is pid's parent (from /proc/<pid>/stat), 0 when it is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command, which is in parentheses and may hold
+	// spaces: state, ppid, ...
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// comm is pid's command name, "" when it is gone.
+func comm(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
