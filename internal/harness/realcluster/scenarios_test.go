@@ -94,12 +94,16 @@ images:
 	return p
 }
 
-// scenarioRun runs one scenario between its load's start and stop, logs
+// scenarioRun runs setup (nil: none), then one scenario between its load's
+// start and stop (setup is not measured), logs
 // its figure line and checks the targets every scenario has (at most one
 // member down, nothing acknowledged lost) and, when minAny > 0, the API's
 // availability through any node.
-func scenarioRun(t *testing.T, c *Cluster, name string, minAny float64, lines *[]string, body func(t *testing.T)) bool {
+func scenarioRun(t *testing.T, c *Cluster, name string, minAny float64, lines *[]string, setup, body func(t *testing.T)) bool {
 	return t.Run(name, func(t *testing.T) {
+		if setup != nil {
+			setup(t)
+		}
 		l, err := c.StartLoad(name)
 		if err != nil {
 			t.Fatal(err)
@@ -156,8 +160,7 @@ func scenarios(t *testing.T, c *Cluster) []string {
 		at = Version
 	}
 
-	if want["rollback"] && !scenarioRun(t, c, "rollback", 0.999, &lines, func(t *testing.T) {
-		back(t)
+	if want["rollback"] && !scenarioRun(t, c, "rollback", 0.999, &lines, back, func(t *testing.T) {
 		a, b := stratum(t, cp1, "run", "--to", rel), stratum(t, cp2, "run", "--to", rel)
 		a.ok(t, runTimeout, cli.ExitOK)
 		b.ok(t, runTimeout, cli.ExitOK)
@@ -179,8 +182,7 @@ func scenarios(t *testing.T, c *Cluster) []string {
 		return lines
 	}
 
-	if want["upgrade"] && !scenarioRun(t, c, "upgrade", 0.999, &lines, func(t *testing.T) {
-		back(t)
+	if want["upgrade"] && !scenarioRun(t, c, "upgrade", 0.999, &lines, back, func(t *testing.T) {
 		c.everyNode(t, cli.ExitOK, "run", "--to", rel)
 		at = To
 		c.checkVersions(t, To, EtcdImageTo)
@@ -189,7 +191,7 @@ func scenarios(t *testing.T, c *Cluster) []string {
 		return lines
 	}
 
-	if want["kubelet-restart"] && !scenarioRun(t, c, "kubelet-restart", 0, &lines, func(t *testing.T) {
+	if want["kubelet-restart"] && !scenarioRun(t, c, "kubelet-restart", 0, &lines, nil, func(t *testing.T) {
 		r := stratum(t, cp1, "restart", "kube-apiserver")
 		r.await(t, runTimeout, "kube-apiserver's step", inStep("kube-apiserver"))
 		if err := cp1.RestartKubelet(); err != nil {
@@ -208,8 +210,7 @@ func scenarios(t *testing.T, c *Cluster) []string {
 	}
 
 	if want["node-dies"] {
-		scenarioRun(t, c, "node-dies", 0.999, &lines, func(t *testing.T) {
-			back(t)
+		scenarioRun(t, c, "node-dies", 0.999, &lines, back, func(t *testing.T) {
 			var runs []*stratumRun
 			for _, n := range c.Nodes {
 				runs = append(runs, stratum(t, n, "run", "--to", rel))
