@@ -17,8 +17,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // LoadInterval is how often each writer writes and each probe asks.
@@ -71,14 +69,9 @@ func (f Figures) Line(scenario string, took time.Duration) string {
 
 // StartLoad starts the writers and probes of scenario.
 func (c *Cluster) StartLoad(scenario string) (*Load, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminConf())
+	api, _, err := c.adminClient(loadTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("real cluster: load: %w", err)
-	}
-	cfg.Timeout = loadTimeout
-	api, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("real cluster: load: %w", err)
+		return nil, err
 	}
 	etcdTLS, err := c.etcdTLS()
 	if err != nil {

@@ -273,17 +273,19 @@ func (n *Node) RSS() int64 {
 	return sum
 }
 
-// tail is the last n lines of the file at path.
+// tail is the last n lines of the file at path ("" when unreadable).
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return lastLines(string(b), n)
+}
+
+// lastLines is the last n lines of text.
+func lastLines(text string, n int) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // SaveLogs copies every node's logs (kubeadm, kubelet, containerd, the

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -18,17 +19,29 @@ import (
 // control-plane node.
 var StaticComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
 
-// Pods lists kube-system's pods through the load balancer, as admin.
-func (c *Cluster) Pods(ctx context.Context) ([]corev1.Pod, error) {
+// adminClient is an HTTP client with admin.conf's credentials, each
+// request bounded by timeout (0: none), and admin.conf's server (the load
+// balancer).
+func (c *Cluster) adminClient(timeout time.Duration) (*http.Client, string, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminConf())
 	if err != nil {
-		return nil, fmt.Errorf("real cluster: admin kubeconfig: %w", err)
+		return nil, "", fmt.Errorf("real cluster: admin kubeconfig: %w", err)
 	}
+	cfg.Timeout = timeout
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("real cluster: admin client: %w", err)
+		return nil, "", fmt.Errorf("real cluster: admin client: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/api/v1/namespaces/kube-system/pods", nil)
+	return hc, cfg.Host, nil
+}
+
+// Pods lists kube-system's pods through the load balancer, as admin.
+func (c *Cluster) Pods(ctx context.Context) ([]corev1.Pod, error) {
+	hc, host, err := c.adminClient(0)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+"/api/v1/namespaces/kube-system/pods", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -30,9 +30,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/ciq/stratum-upgrade/internal/cli"
 	"github.com/ciq/stratum-upgrade/internal/harness/kubebuild"
 )
@@ -324,16 +321,12 @@ func (c *Cluster) etcdVersions() map[string]string {
 // planning nothing (the control plane is not behind).
 func (c *Cluster) checkRecorded(t *testing.T) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminConf())
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc, err := rest.HTTPClientFor(cfg)
+	hc, host, err := c.adminClient(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	get := func(path string, v any) {
-		resp, err := hc.Get(cfg.Host + path)
+		resp, err := hc.Get(host + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,13 +369,8 @@ func (c *Cluster) checkRecorded(t *testing.T) {
 	// operator offline gives: kubeadm then does not ask dl.k8s.io (10 s
 	// each of two times here) for the latest release.
 	out, err := c.Nodes[0].Command(kubeadm, "upgrade", "plan", To, "--v=1", "--ignore-preflight-errors=CoreDNSUnsupportedPlugins,CoreDNSMigration").CombinedOutput()
-	t.Logf("kubeadm %s upgrade plan on %s:\n%s", To, c.Nodes[0].Name, lastLines(out, 15))
+	t.Logf("kubeadm %s upgrade plan on %s:\n%s", To, c.Nodes[0].Name, lastLines(string(out), 15))
 	if err != nil || !strings.Contains(string(out), "up-to-date") {
 		t.Errorf("kubeadm %s upgrade plan: %v; want it up-to-date:\n%s", To, err, out)
 	}
-}
-
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
