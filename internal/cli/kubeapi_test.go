@@ -162,17 +162,7 @@ func TestClusterViewSkewSource(t *testing.T) {
 // read, and an API server that does not answer is an error, not a version.
 func TestClusterViewKubeletSource(t *testing.T) {
 	var asked []string
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		asked = append(asked, r.URL.Path)
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path != "/api/v1/nodes/cp-1" {
-			w.WriteHeader(http.StatusNotFound)
-			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
-			return
-		}
-		fmt.Fprint(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"cp-1"},"status":{"nodeInfo":{"kubeletVersion":"v1.34.4"}}}`)
-	}))
-	t.Cleanup(srv.Close)
+	srv := nodeServer(t, &asked)
 	g := &globals{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	g.api.noEvents = true
 	st := &nodestate.NodeState{NodeName: "cp-1", AdvertiseAddress: "10.0.0.11", KubeconfigDir: adminConf(t, t.TempDir(), srv.URL)}
@@ -323,4 +313,25 @@ func TestClusterViewMissingKubeconfig(t *testing.T) {
 			t.Errorf("explicit %v: warned %v:\n%s", explicit, got, log.String())
 		}
 	}
+}
+
+// nodeServer is an API server (TLS) that knows one Node, cp-1, running
+// kubelet v1.34.4, and answers 404 to anything else; every path asked is
+// appended to asked, when not nil.
+func nodeServer(t *testing.T, asked *[]string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked != nil {
+			*asked = append(*asked, r.URL.Path)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != "/api/v1/nodes/cp-1" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+			return
+		}
+		fmt.Fprint(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"cp-1"},"status":{"nodeInfo":{"kubeletVersion":"v1.34.4"}}}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }

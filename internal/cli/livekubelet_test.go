@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -28,16 +26,7 @@ func TestPlanReadsTheLiveKubelet(t *testing.T) {
 	n.su(ExitOK, "write.json", "init", "--state", n.path("state.yaml"))
 	n.su(ExitOK, "plan.json", "plan", "--to", n.path("rel135.yaml"))
 
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Path != "/api/v1/nodes/cp-1" {
-			w.WriteHeader(http.StatusNotFound)
-			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
-			return
-		}
-		fmt.Fprint(w, `{"kind":"Node","apiVersion":"v1","metadata":{"name":"cp-1"},"status":{"nodeInfo":{"kubeletVersion":"v1.34.4"}}}`)
-	}))
-	t.Cleanup(srv.Close)
+	srv := nodeServer(t, nil)
 	adminConf(t, n.dir, srv.URL)
 	objs := n.su(ExitError, "plan.json", "plan", "--to", n.path("rel135.yaml"))
 	failed, _ := objs[0]["failedChecks"].([]any)
