@@ -57,7 +57,7 @@ func (h *Host) ContainerProcesses() ([]int, error) {
 		if isShim[pid] {
 			continue
 		}
-		for p := parentOf(pid); p > 1; p = parentOf(p) {
+		for p := ParentOf(pid); p > 1; p = ParentOf(p) {
 			if isShim[p] {
 				out = append(out, pid)
 				break
@@ -122,8 +122,8 @@ func allPIDs() []int {
 	return out
 }
 
-// parentOf is pid's parent (0 when it cannot be read).
-func parentOf(pid int) int {
+// ParentOf is pid's parent, from /proc/<pid>/stat (0 when it cannot be read).
+func ParentOf(pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0

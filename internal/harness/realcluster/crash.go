@@ -8,10 +8,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ciq/stratum-upgrade/e2e"
 )
 
 // Kill SIGKILLs daemon name of the node and waits until it is gone.
@@ -61,7 +62,7 @@ func (n *Node) Crash() error {
 		for _, p := range n.PIDs() {
 			// The init's own sleep is started again every second: it is
 			// the init, not a process of the node's.
-			if p == initPID || p == outer || (parentOf(p) == initPID && comm(p) == "sleep") {
+			if p == initPID || p == outer || (e2e.ParentOf(p) == initPID && comm(p) == "sleep") {
 				continue
 			}
 			left++
@@ -95,23 +96,6 @@ func (n *Node) Boot(ctx context.Context) error {
 		return err
 	}
 	return n.StartAgain("kubelet")
-}
-
-// parentOf is pid's parent (from /proc/<pid>/stat), 0 when it is gone.
-func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command, which is in parentheses and may hold
-	// spaces: state, ppid, ...
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 // comm is pid's command name, "" when it is gone.
