@@ -14,6 +14,7 @@ import (
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/proc"
 )
 
 // startCLINode brings up a default test bed node driven through the
@@ -212,10 +213,7 @@ func TestRenderLiveOnTestBed(t *testing.T) {
 	c.want(cli.ExitOK, "init", "--state="+n.StateFile)
 
 	next, edited := schedulerEdit(t, n.State)
-	mark, err := n.Scanner.Mark()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mark := markBeforeWrite(t, n)
 	if err := os.WriteFile(sched, edited, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -404,4 +402,21 @@ func schedulerEdit(t *testing.T, st *nodestate.NodeState) (*nodestate.NodeState,
 		t.Fatal(err)
 	}
 	return next, edited
+}
+
+// markBeforeWrite takes a mark on n for a write the test is about to make
+// and waits until the clock is past its tick, as the engine does: a kubelet
+// that starts the new process within the mark's own 10 ms tick would
+// otherwise have it count as started before the write (seen under load:
+// "still running ..., started before the write").
+func markBeforeWrite(t *testing.T, n *testbed.Node) proc.Mark {
+	t.Helper()
+	m, err := n.Scanner.Mark()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Scanner.PastMark(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

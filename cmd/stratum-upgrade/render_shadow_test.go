@@ -28,10 +28,7 @@ func TestRenderShadowedOnTestBed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark, err := n.Scanner.Mark()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mark := markBeforeWrite(t, n)
 	if err := os.WriteFile(sched, edited, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +63,7 @@ func TestRenderShadowedOnTestBed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mark, err = n.Scanner.Mark(); err != nil {
-		t.Fatal(err)
-	}
+	mark = markBeforeWrite(t, n)
 	if err := os.Rename(stray, filepath.Join(n.Root, "etcd.yaml.bak")); err != nil {
 		t.Fatal(err)
 	}
