@@ -35,8 +35,10 @@ type undo struct {
 // rollback-last) with the same waits, verification and automatic rollback
 // as an upgrade: an upgrade or a node-state apply by putting back its
 // retained snapshot (and its node state), a stop by starting the
-// components it stopped, a start by stopping the ones it started. A
-// restart changed nothing to undo (ErrNothingToDo). What it cannot undo
+// components it stopped, a start by stopping the ones it started.
+// Restarts change nothing and are passed over: the transaction undone is
+// the last one that changed the node (ErrNothingToDo when only restarts
+// were committed). What it cannot undo
 // (a rollback-last, a snapshot retention removed, etcd's minor going down
 // by more than one or below 3.6, the control plane going down) is refused
 // with ErrCannotUndo before anything is journaled; the message names the
@@ -102,16 +104,31 @@ func PlanRollbackLast(j *journal.Journal, store Manifests, members int) (*Plan, 
 	return u.plan, u.what, nil
 }
 
-// lastCommitted is the newest committed transaction of the journal.
+// lastCommitted is the newest committed transaction of the journal that
+// changed the node: restarts are passed over, since a restart changes
+// neither the node state nor what runs and so leaves nothing to undo (and
+// the upgrade before it can be undone only by rollback --last: run refuses
+// a downgrade). A journal whose committed transactions are all restarts
+// has nothing to undo (ErrNothingToDo).
 func (e *Engine) lastCommitted() (*journal.Txn, error) {
 	hist, err := e.j.History(0)
 	if err != nil {
 		return nil, err
 	}
+	var restart *journal.Txn
 	for i := range hist {
-		if hist[i].Phase == journal.PhaseCommitted {
+		if hist[i].Phase != journal.PhaseCommitted {
+			continue
+		}
+		if hist[i].Kind != journal.KindRestart {
 			return &hist[i], nil
 		}
+		if restart == nil {
+			restart = &hist[i]
+		}
+	}
+	if restart != nil {
+		return nil, fmt.Errorf("%w: the journal's committed transactions are restarts (the last %s restarted %s): a restart changes neither the node state nor what runs, so it has nothing to undo", ErrNothingToDo, restart.ID, strings.Join(restart.Changed, ", "))
 	}
 	return nil, fmt.Errorf("%w: the journal holds no committed transaction, so there is nothing to undo", ErrCannotUndo)
 }
@@ -136,8 +153,6 @@ func (e *Engine) planUndo(cur *nodestate.NodeState, last *journal.Txn, t topolog
 			return nil, fmt.Errorf("%w: the last committed transaction %s started %s, and stopping them again is refused: %w; run `stop %s` with the flags it names instead", ErrCannotUndo, last.ID, comps, err, comps)
 		}
 		return &undo{plan: plan, what: fmt.Sprintf("roll back %s (start): stop %s", last.ID, strings.Join(plan.Changed(), ", "))}, nil
-	case journal.KindRestart:
-		return nil, fmt.Errorf("%w: the last committed transaction %s restarted %s: a restart changes neither the node state nor what runs, so it has nothing to undo (an upgrade before it is undone by an upgrade to the release before that one, `run --to RELEASE`)", ErrNothingToDo, last.ID, strings.Join(last.Changed, ", "))
 	case journal.KindRollbackLast:
 		return nil, fmt.Errorf("%w: the last committed transaction %s is itself a rollback --last; to go further back, run an upgrade to the release you want (`run --to RELEASE`) or apply the node state you want (`apply --state FILE`)", ErrCannotUndo, last.ID)
 	}

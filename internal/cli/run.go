@@ -157,7 +157,8 @@ rollback --last undoes the last committed transaction as a new one (kind
 rollback-last) with the same waits, verification and automatic rollback as an
 upgrade: an upgrade or an apply by putting back its retained snapshot and node
 state, a stop by starting what it stopped, a start by stopping what it started.
-A restart has nothing to undo (exit 0, nothing to do). What it cannot undo (a
+Restarts change nothing and are passed over: the transaction undone is the
+last that changed the node (only restarts committed: exit 0, nothing to do). What it cannot undo (a
 rollback --last, a removed snapshot) is refused before anything is journaled
 (exit 1), naming the command to run instead. Exit 0 committed, 3 it failed and
 was undone, 4 its rollback failed. etcd's data is not restored by --last: after
