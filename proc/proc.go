@@ -71,6 +71,21 @@ type Target struct {
 	// "https://127.0.0.1:10259/healthz". Empty means the component has no
 	// listener (kube-vip): Active then means Running.
 	Health string
+	// NotPods are static pod UIDs whose processes are not t's for this
+	// look: a surge replacement runs a second instance of the component
+	// in its own pod, and the wait for the canonical pod's replacement
+	// must not count the surge pod's processes (started before its mark)
+	// as stale. It takes effect where pod cgroups are in use.
+	NotPods []string
+}
+
+// Instance is the processes of one component that one static pod runs:
+// with a surge replacement, the old and the new instance of a component
+// run side by side, each in its own pod. PodUID is the pod's UID as its
+// cgroup names it (dashes, never the systemd driver's underscores).
+type Instance struct {
+	PodUID    string    `json:"podUID"`
+	Processes []Process `json:"processes"`
 }
 
 // Process is one process's identity.
