@@ -30,6 +30,11 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 	}
 	var pending []journal.Record
 	for _, comp := range r.txn.Changed {
+		// A surge an earlier run began and did not finish goes first:
+		// the step then resumes, or starts, without one.
+		if err := e.clearSurge(ctx, r, journal.PhaseApplying, comp); err != nil {
+			return err
+		}
 		mark, resumed := r.find(journal.PhaseApplying, journal.StepMark, comp)
 		if _, done := r.find(journal.PhaseApplying, journal.StepDone, comp); done {
 			on, err := e.targetOnDisk(r, journal.PhaseApplying, comp, mark.Stamp)
@@ -50,6 +55,9 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 			// the rollback leaves its member alone. A stop of etcd is
 			// gated as its replacement is.
 			if err := e.gateBefore(ctx, r, journal.PhaseApplying, comp); err != nil {
+				return err
+			}
+			if err := e.surgeFirst(ctx, r, comp, &pending); err != nil {
 				return err
 			}
 			m, err := e.procs.Mark()
@@ -76,6 +84,11 @@ func (e *Engine) apply(ctx context.Context, r *run) error {
 		}
 		if err := e.step(ctx, r, journal.PhaseApplying, comp, *mark.ProcMark, mark.Stamp, !resumed); err != nil {
 			return err
+		}
+		if uid, ok := r.surged[comp]; ok {
+			if err := e.surgeDown(ctx, r, comp, uid); err != nil {
+				return err
+			}
 		}
 		var ids []proc.Process
 		if r.writes(comp) {
@@ -111,6 +124,9 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		if m, err = e.remark(ctx, r, p, st, comp, m, stamp); err != nil {
 			return err
 		}
+	} else if _, surged := r.surged[comp]; surged && p == journal.PhaseApplying {
+		// A surge: the surge copy serves while kubelet replaces the old
+		// pod from the write; nothing is stopped first.
 	} else if r.writes(comp) {
 		// The mark was journaled before the removal: from here until the
 		// write no process of comp runs, so m stands (stop.go).
@@ -145,6 +161,13 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 		verb, done = "start", "started"
 	}
 	newEtcd := comp == nodestate.Etcd && p != journal.PhaseRollingBack
+	surgeUID, surged := r.surged[comp]
+	surged = surged && p == journal.PhaseApplying
+	if surged {
+		// The surge pod's processes started before m; they are not the
+		// ones replaced.
+		t.NotPods = []string{surgeUID}
+	}
 	e.event(r.txn.ID, p, "wait-replaced", comp, "kubelet to "+verb+" "+comp, "waiting for kubelet to "+verb+" "+comp)
 	if err := e.procs.WaitReplaced(ctx, t, m, e.dl.Replace); err != nil {
 		return e.etcdSilent(r, p, newEtcd && fresh && wrote, e.waitFailed(comp, err))
@@ -158,7 +181,13 @@ func (e *Engine) step(ctx context.Context, r *run, p journal.Phase, comp string,
 	}
 	e.hit(at(fault.AfterReplaced, comp))
 	e.event(r.txn.ID, p, "wait-active", comp, describeActive(t), "waiting for the new "+describeActive(t))
-	if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
+	if surged {
+		// Beside the surge copy on one port: only an answer from the
+		// canonical pod's own process counts.
+		if err := e.waitCanonicalActive(ctx, t); err != nil {
+			return err
+		}
+	} else if err := e.procs.WaitActive(ctx, t, e.dl.Active); err != nil {
 		return e.etcdSilent(r, p, newEtcd && fresh && wrote, e.waitFailed(comp, err))
 	}
 	if newEtcd {

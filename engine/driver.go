@@ -29,6 +29,9 @@ type run struct {
 	steps   []StepTime
 	// fromNode and toNode are from and to resolved, once (resolved).
 	fromNode, toNode *resolve.Node
+	// surged is the surge pod's UID of each component whose step this run
+	// surges, from its surge copy's answer until the copy is removed.
+	surged map[string]string
 }
 
 // resolved is r's node states resolved, computed on first use: from and

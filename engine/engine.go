@@ -133,6 +133,9 @@ type Config struct {
 	// error: the check has only the target's kubelet, and the log says
 	// so. UpgradeOptions.Kubelet, when set, is read instead.
 	Kubelet func(ctx context.Context) (string, error)
+	// NoSurge replaces every component stop-then-start: no surge copy is
+	// started beside a running instance (surge.go).
+	NoSurge bool
 }
 
 // Engine runs transactions. It is not safe for concurrent use; the journal's
@@ -175,6 +178,8 @@ type Engine struct {
 	apiServers func(ctx context.Context) ([]LiveAPIServer, error)
 	// kubelet is Config.Kubelet.
 	kubelet func(ctx context.Context) (string, error)
+	// noSurge is Config.NoSurge.
+	noSurge bool
 }
 
 // New returns an Engine for cfg.
@@ -182,7 +187,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Journal == nil || cfg.Store == nil {
 		return nil, errors.New("engine: Journal and Store are required")
 	}
-	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images, apiServers: cfg.APIServers, kubelet: cfg.Kubelet}
+	e := &Engine{j: cfg.Journal, store: cfg.Store, procs: cfg.Scanner, dl: cfg.Deadlines.withDefaults(), etcd: cfg.Etcd, log: cfg.Log, emit: cfg.Events, onEnd: cfg.Ended, coord: cfg.Coordination, etcdClient: cfg.EtcdClient, images: cfg.Images, apiServers: cfg.APIServers, kubelet: cfg.Kubelet, noSurge: cfg.NoSurge}
 	if e.procs == nil {
 		s, ok := cfg.Store.(interface{ Scanner() *proc.Scanner })
 		if !ok {

@@ -92,6 +92,9 @@ func LoadRelease(path string) (*Release, []byte, error) {
 }
 
 // Apply returns the node state st upgraded to r, validated. st is unchanged.
+// A component that can surge and whose image changes gets
+// --permit-port-sharing=true (withPortSharing): its replacement restarts it
+// anyway, and the next one can then start beside it.
 func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	to := st.Clone()
 	to.KubernetesVersion = r.KubernetesVersion
@@ -107,6 +110,9 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		}
 		if to.Images == nil {
 			to.Images = map[string]string{}
+		}
+		if to.Images[n] != img {
+			withPortSharing(to, n)
 		}
 		to.Images[n] = img
 		if v, ok := r.Versions[n]; ok {
@@ -126,4 +132,29 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 		return nil, err
 	}
 	return to, nil
+}
+
+// portSharingFlag is the flag of kube-apiserver, kube-controller-manager
+// and kube-scheduler (k8s.io/apiserver's SecureServingOptions, since 1.19)
+// that listens with SO_REUSEPORT, so a second instance can listen on the
+// same port: what a surge needs of both instances.
+const portSharingFlag = "permit-port-sharing"
+
+// withPortSharing sets --permit-port-sharing=true in st's extra args of
+// comp, when comp can surge and the node state says nothing of the flag
+// (an operator's explicit value stands).
+func withPortSharing(st *nodestate.NodeState, comp string) {
+	if !surgeable(comp) {
+		return
+	}
+	if _, set := st.ExtraArgs[comp][portSharingFlag]; set {
+		return
+	}
+	if st.ExtraArgs == nil {
+		st.ExtraArgs = map[string]map[string]nodestate.ArgValues{}
+	}
+	if st.ExtraArgs[comp] == nil {
+		st.ExtraArgs[comp] = map[string]nodestate.ArgValues{}
+	}
+	st.ExtraArgs[comp][portSharingFlag] = nodestate.ArgValues{"true"}
 }

@@ -162,6 +162,13 @@ func (e *Engine) rollbackSteps(ctx context.Context, r *run) error {
 		e.snaps.CleanStaging(r.txn.ID)
 		return nil
 	}
+	// A surge copy goes before anything is put back: the rollback's steps
+	// replace stop-then-start.
+	for _, comp := range r.txn.Changed {
+		if err := e.clearSurge(ctx, r, journal.PhaseRollingBack, comp); err != nil {
+			return err
+		}
+	}
 	derived := manifest.DerivedPaths(r.from)
 	// The whole snapshot is validated before anything moves, etcd included.
 	snap, err := snapshot.Load(r.txn.SnapshotDir, derived)

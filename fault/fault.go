@@ -74,6 +74,17 @@ const (
 	AfterStep     Step = "after-step"
 )
 
+// The points of a surge replacement (engine/surge.go), in a step that
+// surges: after its surge copy was written, after the surge copy answered
+// (and that was journaled), after the surge copy was removed and its
+// processes are gone. Such a step stops nothing, so AfterStop is not on
+// its path.
+const (
+	AfterSurgeWrite   Step = "after-surge-write"
+	AfterSurgeActive  Step = "after-surge-active"
+	AfterSurgeRemoved Step = "after-surge-removed"
+)
+
 // Of is the point of step s for component comp in an upgrade.
 func (s Step) Of(comp string) Point { return Point(string(s) + ":" + comp) }
 
@@ -97,6 +108,22 @@ func UpgradePoints(roster []string) []Point {
 		}
 	}
 	return append(pts, AfterApply, BeforeCommit, AfterCommit)
+}
+
+// SurgeUpgradePoints is every point of an upgrade over roster whose steps
+// of the components in surging surge, in order: the surge copy's write
+// and answer before the canonical write, no stop, the surge copy's
+// removal after the canonical pod answered.
+func SurgeUpgradePoints(roster, surging []string) []Point {
+	pts := UpgradePoints(roster)
+	for _, comp := range surging {
+		pts = slices.DeleteFunc(pts, func(p Point) bool { return p == AfterStop.Of(comp) })
+		i := slices.Index(pts, BeforeWrite.Of(comp))
+		pts = slices.Insert(pts, i, AfterSurgeWrite.Of(comp), AfterSurgeActive.Of(comp))
+		i = slices.Index(pts, AfterStep.Of(comp))
+		pts = slices.Insert(pts, i, AfterSurgeRemoved.Of(comp))
+	}
+	return pts
 }
 
 // EtcdDownPoints is every point of a transaction that moves etcd down a

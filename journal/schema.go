@@ -45,8 +45,9 @@ order is numeric order. All times are RFC 3339 with nanoseconds, in UTC.
 	                              "asideDir" (etcd-restored), "etcdData"
 	                              and "why" (etcd-data), "why", "procMark"
 	                              and "stamp" (etcd-snapshot), "etcdTarget"
-	                              and "why" (etcd-downgrade-enable) are
-	                              typed fields
+	                              and "why" (etcd-downgrade-enable), "why",
+	                              "procMark" and "pods" (surge) are typed
+	                              fields
 
 	open                          bucket
 	    txn                       id of the open transaction; absent when no
@@ -113,7 +114,10 @@ step it does not know, so an older binary refuses such a transaction
 rather than misread it, and files without one stay readable by it.
 The step "etcd-downgrade-enable" ("etcdTarget", the minor etcd downgrades
 to, and "why" enabling, cancelled or refused: this transaction enabled
-etcd's downgrade, or cancelled it) came the same way, without a bump.
+etcd's downgrade, or cancelled it) came the same way, without a bump, and
+so did the step "surge" ("why" writing, active or removed, "procMark" and
+"pods": a component's new instance started beside the old under a second
+static pod name).
 
 migrations[i] takes a file from version i to i+1. Open runs every pending
 migration, in order, in ONE bbolt transaction, and sets meta/schema_version

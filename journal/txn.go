@@ -175,6 +175,10 @@ type Record struct {
 	// EtcdTarget is the minor ("3.5") etcd's downgrade goes to
 	// (StepEtcdDowngradeEnable).
 	EtcdTarget string `json:"etcdTarget,omitempty"`
+	// Pods are static pod UIDs (StepSurge): the old instance's when the
+	// surge copy is about to be written, the surge instance's once it
+	// answered.
+	Pods []string `json:"pods,omitempty"`
 }
 
 // The decisions of a StepEtcdData record.
@@ -243,8 +247,25 @@ const (
 	// does not swap etcd's binary (docs/reliability.md). No bump, as
 	// etcd-snapshot.
 	StepEtcdDowngradeEnable Step = "etcd-downgrade-enable"
+	// StepSurge: a surge replacement of a component (the new instance
+	// started beside the old under a second static pod name). Why
+	// "writing" with ProcMark and Pods (the old instance's): journaled
+	// before the surge copy's manifest is written; "active" with Pods
+	// (the surge instance's): it answered, the canonical manifest is
+	// next; "removed": the surge copy's manifest is gone and so are its
+	// processes. A surge begun and not removed is removed by whatever
+	// runs next (resume, the rollback) before the component's step goes
+	// on. No bump, as etcd-snapshot.
+	StepSurge Step = "surge"
 	// StepVerified: the transaction passed its soak and committed.
 	StepVerified Step = "verified"
+)
+
+// The stages of a StepSurge record (Record.Why).
+const (
+	SurgeWriting = "writing"
+	SurgeActive  = "active"
+	SurgeRemoved = "removed"
 )
 
 // The stages of a StepEtcdDowngradeEnable record (Record.Why).
@@ -261,7 +282,7 @@ const (
 )
 
 // Steps is every step. Callers must not modify it.
-var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepEtcdSnapshot, StepEtcdDowngradeEnable, StepVerified}
+var Steps = []Step{StepMark, StepReplaced, StepDone, StepRestored, StepEtcdData, StepEtcdRestored, StepEtcdAnswered, StepEtcdSilent, StepEtcdDowngraded, StepEtcdSnapshot, StepEtcdDowngradeEnable, StepSurge, StepVerified}
 
 // Known reports whether s is one of Steps.
 func (s Step) Known() bool { return slices.Contains(Steps, s) }

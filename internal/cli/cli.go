@@ -185,6 +185,7 @@ type globals struct {
 	output      string
 	metricsFile string
 	procScope   string
+	noSurge     bool // --no-surge: every replacement stop-then-start
 	dirLocked   bool // this process holds the manifest dir's flock
 	api         apiSettings
 	cri         criOptions

@@ -27,7 +27,7 @@ import (
 // commands that drive a transaction (run, resume, rollback).
 var (
 	globalFlags = []string{"manifest-dir", "state-dir", "lock-timeout", "log-level", "output", "proc-scope"}
-	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file", "cluster-wait", "etcd-members", "kubeconfig", "no-events", "no-kubeadm-config"}
+	txnFlags    = []string{"replace-timeout", "active-timeout", "stop-timeout", "release-wait", "soak", "etcd-backup-timeout", "keep", "metrics-file", "cluster-wait", "etcd-members", "kubeconfig", "no-events", "no-kubeadm-config", "no-surge"}
 )
 
 // defineFlags binds every global and transaction flag to g, in one set
@@ -52,6 +52,7 @@ func (g *globals) defineFlags() *pflag.FlagSet {
 	f.StringVar(&g.api.kubeconfig, "kubeconfig", "", "the cluster's API server, for the Events on the Node, the kubeadm-config update and the APIServerSkew and StaticPodKubelet pre-flights (default: admin.conf in the node state's kubeconfigDir)")
 	f.BoolVar(&g.api.noEvents, "no-events", false, "post no Events on the Node and leave its annotations alone")
 	f.BoolVar(&g.api.noKubeadmConfig, "no-kubeadm-config", false, "after a commit, leave the kubeadm-config ConfigMap's ClusterConfiguration as it is")
+	f.BoolVar(&g.noSurge, "no-surge", false, "replace kube-apiserver, kube-controller-manager and kube-scheduler stop-then-start: start no new instance beside the running one")
 	f.StringVar(&g.procScope, "proc-scope", "", "only see component processes descending from this pid (\"self\": none); for test harnesses")
 	_ = f.MarkHidden("proc-scope")
 	return f

@@ -253,7 +253,7 @@ func (g *globals) driveWith(j *journal.Journal, command string, call func(contex
 	e, err := engine.New(engine.Config{
 		Journal: j, Store: store, Scanner: g.scanner, Snapshots: g.snapshotRoot(),
 		Keep: g.keep, Deadlines: g.dl, Log: g.log, Coordination: g.coord, Images: g.engineImages(),
-		APIServers: cv.apiServers(), Kubelet: cv.kubelet(),
+		APIServers: cv.apiServers(), Kubelet: cv.kubelet(), NoSurge: g.noSurge,
 		Events: func(ev engine.Event) { rep.event(ev); cv.event(ev) }, Ended: cv.ended,
 	})
 	if err != nil {
