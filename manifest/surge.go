@@ -140,11 +140,7 @@ func toSurge(pod *corev1.Pod, name string) error {
 					}
 				}
 			}
-		}
-	}
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			list[i].Ports = nil
+			c.Ports = nil // after the probes took their numbers
 		}
 	}
 	for i := range pod.Spec.Containers {
