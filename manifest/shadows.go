@@ -43,6 +43,8 @@ func shellWord(s string) string {
 // pod with the same namespace and name as a roster component's: kubelet
 // runs whichever file sorts last at every relist, so an upgrade would
 // commit and then be undone by that file (an operator's "kube-apiserver.yaml.bak").
+// A surge copy is checked too: written by WriteSurge its pod name differs,
+// so it shadows nothing, but one edited to the component's name would.
 func (s *Store) CheckShadows(roster []string) error {
 	return s.checkShadows(roster, false)
 }
@@ -58,7 +60,11 @@ func (s *Store) checkShadows(roster []string, swept bool) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range strays {
+	surges, err := s.SurgeFiles()
+	if err != nil {
+		return err
+	}
+	for _, f := range append(strays, surges...) {
 		if leftover, _ := IsStagingLeftover(f); leftover && swept {
 			if fi, err := os.Lstat(filepath.Join(s.Dir(), f)); err == nil && fi.Mode().IsRegular() {
 				continue

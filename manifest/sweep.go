@@ -22,12 +22,24 @@ import (
 // at every relist and runs a half-written or stale pod. They are swept before
 // every write, when they are regular files (see Sweep). The hidden ".<name>.yaml<digits>" files are renameio's own
 // staging files: kubelet ignores hidden files, but one survives only a crash
-// mid-write, and it is swept too so a converged directory holds nothing else.
-// Any other visible file is not ours: it is reported, never deleted.
+// mid-write, and it is swept too so a converged directory holds nothing else
+// (a surge copy's as well). A surge copy itself ("<name>-surge.yaml") is
+// ours and left in place. Any other visible file is not ours: it is
+// reported, never deleted.
 var (
 	visibleLeftover = regexp.MustCompile(`^(` + strings.Join(quoteAll(Names), "|") + `)\.yaml(\.tmp[0-9]*|\.new|~)$`)
-	hiddenLeftover  = regexp.MustCompile(`^\.(` + strings.Join(quoteAll(Names), "|") + `)\.yaml[0-9]+$`)
+	hiddenLeftover  = regexp.MustCompile(`^\.(` + strings.Join(quoteAll(append(surgePodNames(), Names...)), "|") + `)\.yaml[0-9]+$`)
 )
+
+// surgePodNames are the base names of the surge copies (SurgeFileName):
+// their writes stage through the same hidden files as a manifest's.
+func surgePodNames() []string {
+	out := make([]string, len(surging))
+	for i, n := range surging {
+		out[i] = SurgePodName(n)
+	}
+	return out
+}
 
 func quoteAll(s []string) []string {
 	out := make([]string, len(s))
@@ -54,6 +66,9 @@ func IsStagingLeftover(file string) (leftover, visible bool) {
 type SweepResult struct {
 	Swept  []string // staging leftovers removed
 	Strays []string // other entries that are not manifests of ours, left alone
+	// Surges are the surge copies present (SurgeFiles): ours, left in
+	// place, for the engine to finish or remove.
+	Surges []string
 }
 
 // Sweep removes the staging leftovers (see IsStagingLeftover) from the
@@ -78,6 +93,10 @@ func (s *Store) Sweep() (SweepResult, error) {
 	for _, e := range entries {
 		name := e.Name()
 		if _, ok := ManifestName(name); ok {
+			continue
+		}
+		if _, ok := SurgeComponent(name); ok {
+			res.Surges = append(res.Surges, name)
 			continue
 		}
 		if leftover, visible := IsStagingLeftover(name); leftover {
@@ -154,8 +173,9 @@ func unlinkFile(path string) error {
 }
 
 // Strays lists the visible entries of the manifest directory that are not
-// component manifests, without changing anything: the strays a Sweep
-// reports, plus any regular-file staging leftover a Sweep would remove.
+// component manifests or surge copies, without changing anything: the
+// strays a Sweep reports, plus any regular-file staging leftover a Sweep
+// would remove.
 func (s *Store) Strays() ([]string, error) {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -165,6 +185,9 @@ func (s *Store) Strays() ([]string, error) {
 	for _, e := range entries {
 		name := e.Name()
 		if _, ok := ManifestName(name); ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		if _, ok := SurgeComponent(name); ok {
 			continue
 		}
 		out = append(out, name)

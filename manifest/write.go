@@ -87,6 +87,7 @@ type WriteResult struct {
 	Derived   []string // derived files written (absolute paths)
 	Swept     []string // staging leftovers removed (base names)
 	Strays    []string // visible files that are not ours (left alone)
+	Surges    []string // surge copies present (SurgeFiles), left alone
 }
 
 // WriteAll makes the manifest directory hold exactly the render of st: it is
@@ -97,7 +98,9 @@ type WriteResult struct {
 // leftovers, writes the derived files (before the manifests, since
 // kube-apiserver reads them only when it starts), writes each roster
 // manifest in start order, and removes the manifest of any component that
-// left the roster (kube-vip when the VIP is dropped). Each manifest keeps the
+// left the roster (kube-vip when the VIP is dropped). A surge copy is left
+// in place and reported (Surges): the transaction that wrote it removes it.
+// Each manifest keeps the
 // restarted-at annotation it has on disk: only Restart and RestartAsIs change
 // it. Every write is atomic and durable; a second call with the same state
 // writes nothing. On error, files already written stay written (each one is
@@ -151,7 +154,7 @@ func (s *Store) WriteAll(st *nodestate.NodeState) (WriteResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Swept, res.Strays = sw.Swept, sw.Strays
+	res.Swept, res.Strays, res.Surges = sw.Swept, sw.Strays, sw.Surges
 	for _, d := range derived {
 		changed, err := writeDerived(d)
 		if err != nil {
