@@ -138,7 +138,7 @@ func (r *Release) Apply(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 // and kube-scheduler (k8s.io/apiserver's SecureServingOptions, since 1.19)
 // that listens with SO_REUSEPORT, so a second instance can listen on the
 // same port: what a surge needs of both instances.
-const portSharingFlag = "permit-port-sharing"
+const portSharingFlag = manifest.PortSharingFlag
 
 // withPortSharing sets --permit-port-sharing=true in st's extra args of
 // comp, when comp can surge and the node state says nothing of the flag

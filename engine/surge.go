@@ -91,8 +91,7 @@ func (e *Engine) planSurge(r *run, comp string) surgePlan {
 		return no("this node's process view cannot tell two instances apart")
 	}
 	tg, _ := r.txn.Target(comp)
-	pod, err := manifest.DecodePod(tg.Manifest)
-	if err != nil || len(pod.Spec.Containers) == 0 || !manifest.HasPortSharing(pod.Spec.Containers[0].Command) {
+	if !newSharesPort(comp, tg.Manifest) {
 		return no("its new manifest does not enable --permit-port-sharing")
 	}
 	t, err := manifest.Target(r.from, comp)
@@ -152,7 +151,7 @@ func (e *Engine) surgeUp(ctx context.Context, r *run, comp, stamp string, old pr
 	if err != nil {
 		return "", err
 	}
-	copyBytes, err := manifest.SurgeBytes(want)
+	copyBytes, err := manifest.SurgeBytes(comp, want)
 	if err != nil {
 		return "", fmt.Errorf("%s: surge copy: %w", comp, err)
 	}
@@ -326,4 +325,19 @@ func (e *Engine) waitCanonicalActive(ctx context.Context, t proc.Target) error {
 		return e.waitFailed(t.Name, err)
 	}
 	return nil
+}
+
+// newSharesPort reports whether manifest b runs comp with port sharing on:
+// the canonical pod listens beside the surge copy too.
+func newSharesPort(comp string, b []byte) bool {
+	pod, err := manifest.DecodePod(b)
+	if err != nil {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == comp {
+			return manifest.HasPortSharing(append(slices.Clone(c.Command), c.Args...))
+		}
+	}
+	return false
 }

@@ -117,6 +117,24 @@ func RenderSurgeBytes(st *nodestate.NodeState, prof Profile, name, restartedAt s
 	return Encode(pod)
 }
 
+// SurgeBytes is the surge copy of canonical, the exact bytes of component
+// name's manifest as a transaction writes it (a render, or a snapshot's
+// bytes with a stamp): the same pod made its surge copy as RenderSurge
+// makes one, so the copy runs exactly what the canonical write will. Pure.
+func SurgeBytes(name string, canonical []byte) ([]byte, error) {
+	if !Surges(name) {
+		return nil, fmt.Errorf("surge copy of %q: %w (only %s do)", name, ErrNoSurge, joinNames(surging))
+	}
+	pod, err := DecodePod(canonical)
+	if err != nil {
+		return nil, fmt.Errorf("surge copy of %s: %w", name, err)
+	}
+	if err := toSurge(pod, name); err != nil {
+		return nil, fmt.Errorf("surge copy of %s: %w", name, err)
+	}
+	return Encode(pod)
+}
+
 // toSurge makes pod, component name's render, its surge copy in place.
 func toSurge(pod *corev1.Pod, name string) error {
 	pod.Name = SurgePodName(name)
