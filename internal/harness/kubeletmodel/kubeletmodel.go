@@ -37,6 +37,9 @@
 //     WaitReplaced and WaitGone (and Active without a health endpoint):
 //     with a health endpoint, Active is the shared port, which either
 //     instance answers.
+//   - Listeners. A second instance binds its component's port only when
+//     both carry --permit-port-sharing (SO_REUSEPORT); otherwise it exits
+//     at start, never answers, and starts again at every sync (ports.go).
 //   - Clock. A logical tick counter. Mark returns it with the boot id;
 //     every process start advances it first, so a process started by a sync
 //     after a Mark has start ticks greater than the mark; a process already
@@ -130,6 +133,9 @@ type container struct {
 	argv   []string
 	mode   standin.Mode
 	proc   *proc.Process // nil: no process (exit-at-start between restarts)
+	// bindFailed: the process could not bind its port (ports.go); it
+	// exited at start and restarts at every sync.
+	bindFailed bool
 }
 
 // New returns a model kubelet for node nodeName over the manifest directory
@@ -318,12 +324,20 @@ func (k *Kubelet) run(p *pod, c *container) {
 	k.pid++
 	c.proc = &proc.Process{PID: k.pid, StartTicks: k.clock}
 	k.logf("start %s %s %s (%s) pid %d", p.key, short(p.uid), c.binary, c.mode, k.pid)
+	if c.bindFailed = k.bindBlocked(c); c.bindFailed {
+		k.logf("pid %d of %s cannot bind its port (address already in use): it exits at start", k.pid, p.key)
+	}
 }
 
 // advance is what a pod that was already running does by this sync: a
 // crash loop shows its next state.
 func (k *Kubelet) advance(p *pod) {
 	for _, c := range p.containers {
+		if c.bindFailed {
+			k.logf("exit %s pid %d (address already in use); restarted", p.key, c.proc.PID)
+			k.run(p, c)
+			continue
+		}
 		switch c.mode {
 		case standin.ModeCrashAfter:
 			k.logf("exit %s pid %d (crash-after); restarted", p.key, c.proc.PID)
@@ -373,6 +387,8 @@ type Proc struct {
 	Binary string
 	Mode   standin.Mode
 	PodUID string
+	// BindFailed: it could not bind its port and exits at start.
+	BindFailed bool
 }
 
 // Pods syncs and returns every pod, sorted by key.
@@ -393,7 +409,7 @@ func (k *Kubelet) pods2() []Pod {
 		}
 		for _, c := range p.containers {
 			if c.proc != nil {
-				op.Processes = append(op.Processes, Proc{Process: *c.proc, Binary: c.binary, Mode: c.mode, PodUID: p.uid})
+				op.Processes = append(op.Processes, Proc{Process: *c.proc, Binary: c.binary, Mode: c.mode, PodUID: p.uid, BindFailed: c.bindFailed})
 			}
 		}
 		out = append(out, op)
@@ -483,7 +499,7 @@ func (k *Kubelet) answer(t proc.Target) error {
 		return fmt.Errorf("no process of %s is running", t.Binary)
 	}
 	for _, p := range ps {
-		if answers(p.Mode) {
+		if answers(p.Mode) && !p.BindFailed {
 			return nil
 		}
 	}

@@ -154,7 +154,13 @@ func (k *Kubelet) instanceAnswer(t proc.Target, uid string) error {
 	if len(ps) == 0 {
 		return fmt.Errorf("no process of %s runs in pod %s (%s)", t.Binary, short(uid), p.key)
 	}
-	if !proc.HasListener(t) || answers(ps[0].Mode) {
+	if !proc.HasListener(t) {
+		return nil
+	}
+	if ps[0].BindFailed {
+		return fmt.Errorf("%s of pod %s exits at start: listen: bind: address already in use (the port is held without SO_REUSEPORT on both sockets)", describe(ps), short(uid))
+	}
+	if answers(ps[0].Mode) {
 		return nil
 	}
 	return fmt.Errorf("GET %s: %s of pod %s (mode %s) does not answer 2xx", t.Health, describe(ps), short(uid), ps[0].Mode)

@@ -20,9 +20,10 @@ import (
 )
 
 // surge writes comp's surge copy as issue 41 has it: the canonical pod
-// under the name comp+"-surge" in its own file, no ports declared (unless
-// keepPorts) and probes on the port number; fn edits it further. It
-// returns the file and the pod's UID.
+// under the name comp+"-surge" in its own file, with
+// --permit-port-sharing, no ports declared (unless keepPorts) and probes
+// on the port number; fn edits it further. It returns the file and the
+// pod's UID.
 func (b *bed) surge(comp string, keepPorts bool, fn func(*corev1.Pod)) (string, string) {
 	b.t.Helper()
 	raw, err := b.store.Read(comp)
@@ -35,6 +36,9 @@ func (b *bed) surge(comp string, keepPorts bool, fn func(*corev1.Pod)) (string, 
 	}
 	pod.Name = comp + "-surge"
 	c := &pod.Spec.Containers[0]
+	if !slices.ContainsFunc(c.Command, isSharing) {
+		c.Command = append(c.Command, "--permit-port-sharing=true")
+	}
 	port := c.Ports[0].ContainerPort
 	if !keepPorts {
 		c.Ports = nil
@@ -51,7 +55,7 @@ func (b *bed) surge(comp string, keepPorts bool, fn func(*corev1.Pod)) (string, 
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	file := filepath.Join(b.store.Dir(), comp+"-surge.yaml")
+	file := filepath.Join(b.store.Dir(), pod.Name+".yaml")
 	if err := os.WriteFile(file, out, 0o600); err != nil {
 		b.t.Fatal(err)
 	}
@@ -60,6 +64,18 @@ func (b *bed) surge(comp string, keepPorts bool, fn func(*corev1.Pod)) (string, 
 		b.t.Fatal(err)
 	}
 	return file, uid
+}
+
+func isSharing(a string) bool { return strings.HasPrefix(a, "--permit-port-sharing") }
+
+// permitSharing renders comp with --permit-port-sharing=true, as the
+// upgrade that enables surges does.
+func (b *bed) permitSharing(comp string) {
+	b.t.Helper()
+	b.st.SetExtraArg(comp, "permit-port-sharing", "true")
+	if err := b.store.Start(b.st, comp); err != nil {
+		b.t.Fatal(err)
+	}
 }
 
 // editFile rewrites the pod in file.
@@ -118,6 +134,7 @@ const api = nodestate.KubeAPIServer
 // apart by pod, the earliest started first.
 func TestSurgeRunsBesideTheOld(t *testing.T) {
 	b := newBed(t)
+	b.permitSharing(api)
 	tg := b.target(api)
 	old := b.one(api)
 	canonUID := b.pod(b.key(api)).UID
@@ -190,6 +207,7 @@ func TestSurgeDeclaringTheHostPortIsRejected(t *testing.T) {
 func TestNotPods(t *testing.T) {
 	ctx := context.Background()
 	b := newBed(t)
+	b.permitSharing(api)
 	_, surgeUID := b.surge(api, false, nil)
 	m := b.mark()
 	b.setImage(api, "registry.k8s.io/kube-apiserver:v1.34.5")
@@ -231,6 +249,7 @@ func TestNotPods(t *testing.T) {
 func TestWaitInstanceActive(t *testing.T) {
 	ctx := context.Background()
 	b := newBed(t)
+	b.permitSharing(api)
 	tg := b.target(api)
 	canonUID := b.pod(b.key(api)).UID
 	_, surgeUID := b.surge(api, false, func(p *corev1.Pod) {
@@ -255,13 +274,14 @@ func TestWaitInstanceActive(t *testing.T) {
 // the container's command and args, $(VAR) expanded from its env.
 func TestMemoryAndArgs(t *testing.T) {
 	b := newBed(t)
+	b.permitSharing(api)
 	if avail, err := b.k.MemAvailable(); err != nil || avail != DefaultMemAvailable {
 		t.Fatalf("default MemAvailable %d %v", avail, err)
 	}
 	b.surge(api, false, func(p *corev1.Pod) {
 		c := &p.Spec.Containers[0]
-		c.Env = []corev1.EnvVar{{Name: "SHARE", Value: "true"}}
-		c.Command = append(c.Command, "--permit-port-sharing=$(SHARE)")
+		c.Env = []corev1.EnvVar{{Name: "LEVEL", Value: "2"}}
+		c.Command = append(c.Command, "--v=$(LEVEL)")
 	})
 	ps := b.pids(api)
 	b.k.SetMemory(1<<30, 100<<20)
@@ -277,14 +297,74 @@ func TestMemoryAndArgs(t *testing.T) {
 	}
 	insts := b.instances(b.target(api))
 	canonArgs, err := b.k.Args(insts[0].Processes[0])
-	if err != nil || canonArgs[0] != "kube-apiserver" || slices.Contains(canonArgs, "--permit-port-sharing=true") {
-		t.Fatalf("canonical argv %q %v", canonArgs, err)
+	if err != nil || canonArgs[0] != "kube-apiserver" || !slices.Contains(canonArgs, "--permit-port-sharing=true") {
+		t.Fatalf("canonical argv %q %v, want kube-apiserver's with --permit-port-sharing=true", canonArgs, err)
 	}
 	surgeArgs, err := b.k.Args(insts[1].Processes[0])
-	if err != nil || !slices.Equal(surgeArgs[:len(surgeArgs)-1], canonArgs) || surgeArgs[len(surgeArgs)-1] != "--permit-port-sharing=true" {
-		t.Fatalf("surge argv %q %v, want the canonical's and --permit-port-sharing=true", surgeArgs, err)
+	if err != nil || !slices.Equal(surgeArgs[:len(surgeArgs)-1], canonArgs) || surgeArgs[len(surgeArgs)-1] != "--v=2" {
+		t.Fatalf("surge argv %q %v, want the canonical's and --v=2 (expanded)", surgeArgs, err)
 	}
 	if _, err := b.k.Args(gone); err == nil {
 		t.Fatal("Args of a process the model does not run: no error")
+	}
+}
+
+// TestSurgeBindsOnlyWithPortSharing: the component stand-in's (and the
+// real component's) listener: a second instance binds the port only when
+// both run with --permit-port-sharing (SO_REUSEPORT on every socket);
+// otherwise it exits at start (EADDRINUSE), restarts at every sync, never
+// answers, and binds once nothing blocks it.
+func TestSurgeBindsOnlyWithPortSharing(t *testing.T) {
+	ctx := context.Background()
+	b := newBed(t)
+	tg := b.target(api)
+	old := b.one(api)
+	_, surgeUID := b.surge(api, false, nil) // the old one lacks the flag
+	err := b.k.WaitInstanceActive(ctx, tg, surgeUID, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("surge beside an old instance without the flag: %v, want EADDRINUSE", err)
+	}
+	if !b.k.Active(ctx, tg) || b.k.WaitInstanceActive(ctx, tg, b.pod(b.key(api)).UID, time.Minute) != nil {
+		t.Fatal("the old instance stopped answering")
+	}
+	b.permitSharing(api) // the canonical pod now shares: a new UID, new process
+	if err := b.k.WaitInstanceActive(ctx, tg, surgeUID, time.Minute); err != nil {
+		t.Fatalf("surge beside an instance with the flag: %v", err)
+	}
+	if ps := b.pids(api); len(ps) != 2 || slices.Contains(ps, old) {
+		t.Fatalf("processes %v, want two new ones", ps)
+	}
+	// A third instance without the flag does not bind either.
+	b.surge(api, false, func(p *corev1.Pod) {
+		p.Name = api + "-third"
+		p.Spec.Containers[0].Command = slices.DeleteFunc(p.Spec.Containers[0].Command, isSharing)
+	})
+	third := b.pod(b.key(api + "-third"))
+	if err := b.k.WaitInstanceActive(ctx, tg, third.UID, time.Minute); err == nil {
+		t.Fatal("an instance without the flag bound a shared port")
+	}
+}
+
+func TestListenerOf(t *testing.T) {
+	for _, tc := range []struct {
+		argv  string
+		want  listener
+		listn bool
+	}{
+		{"kube-apiserver --secure-port=7443", listener{port: 7443}, true},
+		{"/usr/local/bin/kube-scheduler --bind-address 127.0.0.1 --permit-port-sharing", listener{host: "127.0.0.1", port: 10259, share: true}, true},
+		{"kube-controller-manager --permit-port-sharing=false", listener{port: 10257}, true},
+		{"kube-apiserver --permit-port-sharing=maybe", listener{}, false},
+		{"etcd --listen-client-urls=https://127.0.0.1:2379", listener{}, false},
+		{"/kube-vip manager", listener{}, false},
+	} {
+		got, ok := listenerOf(strings.Fields(tc.argv))
+		if ok != tc.listn || got != tc.want {
+			t.Errorf("%q: %+v %v, want %+v %v", tc.argv, got, ok, tc.want, tc.listn)
+		}
+	}
+	a, b := listener{host: "127.0.0.1", port: 1}, listener{host: "127.0.0.2", port: 1}
+	if a.overlaps(b) || !a.overlaps(listener{port: 1}) || !a.overlaps(listener{host: "0.0.0.0", port: 1}) || a.overlaps(listener{host: "127.0.0.1", port: 2}) {
+		t.Error("overlaps: want the same address or a wildcard on the same port only")
 	}
 }
