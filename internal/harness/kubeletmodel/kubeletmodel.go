@@ -1,8 +1,10 @@
 // Package kubeletmodel is a deterministic, synchronous, in-memory kubelet
 // over a real manifest directory. It answers the engine's process questions
 // (it has the method set of engine.Processes: Mark, PastMark, PIDs, Active,
-// WaitActive, WaitReplaced, WaitGone) from pods it "runs" as records, not
-// processes, so a whole crash matrix runs in milliseconds per case.
+// WaitActive, WaitReplaced, WaitGone, and a surge's Instances,
+// WaitInstanceActive, MemAvailable, RSS, Args) from pods it "runs" as
+// records, not processes, so a whole crash matrix runs in milliseconds per
+// case.
 //
 // It follows the kubelet stand-in's rules (docs/standin.md,
 // internal/harness/kubeletsim), reduced to what can be decided at one
@@ -24,6 +26,20 @@
 //     a sync leaves the pod that file last yielded running. A relist
 //     (Relist, and the one every Reboot does) finds no pod in it and kills
 //     that pod, as kubelet's next relist does.
+//   - Admission. A new pod is admitted against the pods the model holds
+//     (kubeletsim.Admit, kubelet's NodePorts check): one that declares a
+//     host port another declares is rejected, runs nothing and is not
+//     admitted again while its UID stays. New pods are admitted in key
+//     order, after the sync's kills. Pods of different names are different
+//     keys and run side by side (a surge beside its canonical pod).
+//   - Pod identity. Instances groups a component's processes by pod UID;
+//     Target.NotPods leaves a pod's processes out of Of, Arm, Replaced,
+//     WaitReplaced and WaitGone (and Active without a health endpoint):
+//     with a health endpoint, Active is the shared port, which either
+//     instance answers.
+//   - Listeners. A second instance binds its component's port only when
+//     both carry --permit-port-sharing (SO_REUSEPORT); otherwise it exits
+//     at start, never answers, and starts again at every sync (ports.go).
 //   - Clock. A logical tick counter. Mark returns it with the boot id;
 //     every process start advances it first, so a process started by a sync
 //     after a Mark has start ticks greater than the mark; a process already
@@ -61,6 +77,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -90,6 +107,9 @@ type Kubelet struct {
 	held    map[string]bool
 	lag     int
 	pending map[string]int
+	// memSet, memAvail and rss are SetMemory's (surge.go).
+	memSet        bool
+	memAvail, rss uint64
 }
 
 type decoded struct {
@@ -100,14 +120,22 @@ type decoded struct {
 
 type pod struct {
 	key, file, uid string
+	sp             *kubeletsim.SourcePod
 	containers     []*container
+	// rejected is why admission refused the pod (kubeletsim.Admit): it
+	// runs no container until its UID changes.
+	rejected *kubeletsim.RejectedError
 }
 
 type container struct {
 	name   string
 	binary string
+	argv   []string
 	mode   standin.Mode
 	proc   *proc.Process // nil: no process (exit-at-start between restarts)
+	// bindFailed: the process could not bind its port (ports.go); it
+	// exited at start and restarts at every sync.
+	bindFailed bool
 }
 
 // New returns a model kubelet for node nodeName over the manifest directory
@@ -260,6 +288,9 @@ func (k *Kubelet) read(path string) (*kubeletsim.SourcePod, error) {
 }
 
 func (k *Kubelet) kill(p *pod, why string) {
+	if p.rejected != nil {
+		k.logf("drop rejected %s %s: %s", p.key, short(p.uid), why)
+	}
 	for _, c := range p.containers {
 		if c.proc != nil {
 			k.logf("kill %s %s pid %d: %s", p.key, short(p.uid), c.proc.PID, why)
@@ -269,17 +300,21 @@ func (k *Kubelet) kill(p *pod, why string) {
 }
 
 func (k *Kubelet) start(sp *kubeletsim.SourcePod) {
-	p := &pod{key: sp.Key, file: sp.File, uid: sp.UID}
+	p := &pod{key: sp.Key, file: sp.File, uid: sp.UID, sp: sp}
+	k.pods[p.key] = p
+	if err := kubeletsim.Admit(sp, k.admitted(p)); err != nil {
+		k.reject(p, err)
+		return
+	}
 	for _, c := range sp.Pod.Spec.Containers {
 		bin := c.Name
 		if len(c.Command) > 0 {
 			bin = path.Base(c.Command[0])
 		}
-		ct := &container{name: c.Name, binary: bin, mode: k.modeOf(c.Image)}
+		ct := &container{name: c.Name, binary: bin, argv: argv(c), mode: k.modeOf(c.Image)}
 		k.run(p, ct)
 		p.containers = append(p.containers, ct)
 	}
-	k.pods[p.key] = p
 }
 
 // run starts a new process for c: the clock moves first, so its start is
@@ -289,12 +324,20 @@ func (k *Kubelet) run(p *pod, c *container) {
 	k.pid++
 	c.proc = &proc.Process{PID: k.pid, StartTicks: k.clock}
 	k.logf("start %s %s %s (%s) pid %d", p.key, short(p.uid), c.binary, c.mode, k.pid)
+	if c.bindFailed = k.bindBlocked(c); c.bindFailed {
+		k.logf("pid %d of %s cannot bind its port (address already in use): it exits at start", k.pid, p.key)
+	}
 }
 
 // advance is what a pod that was already running does by this sync: a
 // crash loop shows its next state.
 func (k *Kubelet) advance(p *pod) {
 	for _, c := range p.containers {
+		if c.bindFailed {
+			k.logf("exit %s pid %d (address already in use); restarted", p.key, c.proc.PID)
+			k.run(p, c)
+			continue
+		}
 		switch c.mode {
 		case standin.ModeCrashAfter:
 			k.logf("exit %s pid %d (crash-after); restarted", p.key, c.proc.PID)
@@ -326,11 +369,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// Pod is one running pod as the model holds it.
+// Pod is one pod as the model holds it.
 type Pod struct {
 	Key  string
 	File string
 	UID  string
+	// Rejected is the reason admission refused the pod
+	// (kubeletsim.ReasonNodePorts), empty for a pod that runs.
+	Rejected string
 	// Processes are its containers' processes (running ones only).
 	Processes []Proc
 }
@@ -340,6 +386,9 @@ type Proc struct {
 	proc.Process
 	Binary string
 	Mode   standin.Mode
+	PodUID string
+	// BindFailed: it could not bind its port and exits at start.
+	BindFailed bool
 }
 
 // Pods syncs and returns every pod, sorted by key.
@@ -355,9 +404,12 @@ func (k *Kubelet) pods2() []Pod {
 	for _, key := range sortedKeys(k.pods) {
 		p := k.pods[key]
 		op := Pod{Key: p.key, File: p.file, UID: p.uid}
+		if p.rejected != nil {
+			op.Rejected = p.rejected.Reason
+		}
 		for _, c := range p.containers {
 			if c.proc != nil {
-				op.Processes = append(op.Processes, Proc{Process: *c.proc, Binary: c.binary, Mode: c.mode})
+				op.Processes = append(op.Processes, Proc{Process: *c.proc, Binary: c.binary, Mode: c.mode, PodUID: p.uid, BindFailed: c.bindFailed})
 			}
 		}
 		out = append(out, op)
@@ -375,11 +427,15 @@ func (k *Kubelet) UID(file string) (string, error) {
 	return sp.UID, nil
 }
 
-// procs is every running process of binary's base name, sorted by pid.
-func (k *Kubelet) procs(binary string) []Proc {
+// procs is every running process of binary's base name, sorted by pid,
+// but those of the pods notPods names (proc.Target.NotPods).
+func (k *Kubelet) procs(binary string, notPods ...string) []Proc {
 	want := path.Base(binary)
 	var out []Proc
 	for _, p := range k.pods2() {
+		if slices.Contains(notPods, p.UID) {
+			continue
+		}
 		for _, pr := range p.Processes {
 			if pr.Binary == want {
 				out = append(out, pr)
@@ -430,20 +486,33 @@ func (k *Kubelet) answer(t proc.Target) error {
 	if err := k.Sync(); err != nil {
 		return err
 	}
+	if !proc.HasListener(t) {
+		if len(k.procs(t.Binary, t.NotPods...)) == 0 {
+			return fmt.Errorf("no process of %s is running", t.Binary)
+		}
+		return nil
+	}
+	// The health endpoint is a port: whichever instance listens on it
+	// answers, so NotPods leaves none out (proc's probe does not either).
 	ps := k.procs(t.Binary)
 	if len(ps) == 0 {
 		return fmt.Errorf("no process of %s is running", t.Binary)
 	}
-	if !proc.HasListener(t) {
-		return nil
-	}
 	for _, p := range ps {
-		switch p.Mode {
-		case standin.ModeHealthy, standin.ModeCrashAfter, standin.ModeIgnoreSIGTERM:
+		if answers(p.Mode) && !p.BindFailed {
 			return nil
 		}
 	}
 	return fmt.Errorf("GET %s: %s (mode %s) does not answer 2xx", t.Health, describe(ps), ps[0].Mode)
+}
+
+// answers is whether a process in mode answers its health endpoint.
+func answers(m standin.Mode) bool {
+	switch m {
+	case standin.ModeHealthy, standin.ModeCrashAfter, standin.ModeIgnoreSIGTERM:
+		return true
+	}
+	return false
 }
 
 // Active syncs and reports whether t answers: a process of t.Binary runs
@@ -493,7 +562,7 @@ func (k *Kubelet) Replaced(t proc.Target, m proc.Mark) (bool, []proc.Process, er
 	if err := k.Sync(); err != nil {
 		return false, nil, err
 	}
-	ps := k.procs(t.Binary)
+	ps := k.procs(t.Binary, t.NotPods...)
 	var stale []proc.Process
 	if m.BootID == k.bootID {
 		for _, p := range ps {
@@ -505,12 +574,13 @@ func (k *Kubelet) Replaced(t proc.Target, m proc.Mark) (bool, []proc.Process, er
 	return len(ps) > 0 && len(stale) == 0, stale, nil
 }
 
-// Of is PIDs(t.Binary): the model runs only the node's static pods, so
-// every process of a binary is the component's.
-func (k *Kubelet) Of(t proc.Target) ([]proc.Process, error) { return k.PIDs(t.Binary) }
+// Of is PIDs(t.Binary) without the processes of t.NotPods: the model runs
+// only the node's static pods, so every other process of a binary is the
+// component's.
+func (k *Kubelet) Of(t proc.Target) ([]proc.Process, error) { return k.pidsOf(t) }
 
-// Arm is PIDs: the model's WaitReplaced has nothing to ready.
-func (k *Kubelet) Arm(t proc.Target) ([]proc.Process, error) { return k.PIDs(t.Binary) }
+// Arm is Of: the model's WaitReplaced has nothing to ready.
+func (k *Kubelet) Arm(t proc.Target) ([]proc.Process, error) { return k.pidsOf(t) }
 
 // WaitGone checks, after the sync, that no process of t.Binary runs.
 func (k *Kubelet) WaitGone(ctx context.Context, t proc.Target, timeout time.Duration) error {
@@ -518,7 +588,7 @@ func (k *Kubelet) WaitGone(ctx context.Context, t proc.Target, timeout time.Dura
 		if err := k.Sync(); err != nil {
 			return err
 		}
-		if ps := k.procs(t.Binary); len(ps) > 0 {
+		if ps := k.procs(t.Binary, t.NotPods...); len(ps) > 0 {
 			return fmt.Errorf("still running: %s", describe(ps))
 		}
 		return nil

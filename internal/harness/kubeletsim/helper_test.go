@@ -313,6 +313,7 @@ type podOpts struct {
 	env         [][2]string
 	restart     string
 	grace       int
+	ports       []int // containerPorts (hostNetwork: host ports too)
 }
 
 func podYAML(o podOpts) string {
@@ -345,6 +346,12 @@ func podYAML(o podOpts) string {
 		s.WriteString("    args:\n")
 		for _, a := range o.args {
 			fmt.Fprintf(&s, "    - %q\n", a)
+		}
+	}
+	if len(o.ports) > 0 {
+		s.WriteString("    ports:\n")
+		for i, p := range o.ports {
+			fmt.Fprintf(&s, "    - name: port-%d\n      containerPort: %d\n      protocol: TCP\n", i, p)
 		}
 	}
 	if len(o.env) > 0 {

@@ -16,6 +16,7 @@ const (
 	EventKill        = "kill"        // a pod is being killed (SIGTERM sent)
 	EventSIGKILL     = "sigkill"     // the grace period ran out
 	EventTerminated  = "terminated"  // every process of a killed pod is reaped
+	EventRejected    = "rejected"    // admission refused a new pod (NodePorts): it never runs
 )
 
 // Event is one decision or observation of the stand-in, in the order made.

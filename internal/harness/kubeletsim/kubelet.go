@@ -17,6 +17,8 @@
 //     pod-worker backoff (StartDelay plus jitter); a pod's containers start
 //     StartLatency after its start is decided (sandbox, image, container
 //     creation);
+//   - a new pod is admitted first: one declaring a host port an active pod
+//     declares is rejected (NodePorts, phase Failed) and never runs;
 //   - restartPolicy with CrashLoopBackOff, $(VAR) expansion, an environment
 //     of the pod's env over the image's ENV plus what the container runtime
 //     adds when neither sets it (PATH, HOSTNAME, HOME), and nothing else.

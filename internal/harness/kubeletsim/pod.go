@@ -18,6 +18,7 @@ const (
 	phaseRunning                  // containers started (and restarted)
 	phaseTerminating              // killed, waiting for every process to be reaped
 	phaseTerminated               // every process reaped; holds its name until housekeeping
+	phaseRejected                 // refused at admission: never runs, holds nothing
 )
 
 // Pod and container states reported by the status endpoint.
@@ -28,6 +29,7 @@ const (
 	StateExited      = "exited"      // exited and not restarted (restartPolicy)
 	StateTerminating = "terminating" // killed, not yet reaped
 	StateTerminated  = "terminated"  // killed and reaped
+	StateFailed      = "failed"      // rejected at admission (Reason, Message): never runs
 )
 
 type pod struct {
@@ -39,6 +41,7 @@ type pod struct {
 	startTimer       *time.Timer // a held pod's recheck, or its containers' start after StartLatency
 	held             bool        // had to wait for an older pod of its name
 	restartRequested bool
+	rejected         *RejectedError // phaseRejected: why
 }
 
 type container struct {
@@ -93,6 +96,8 @@ type PodStatus struct {
 	StartTicks uint64            `json:"startTicks"`
 	Restarts   int               `json:"restarts"`
 	State      string            `json:"state"`
+	Reason     string            `json:"reason,omitempty"`  // a failed pod's: ReasonNodePorts
+	Message    string            `json:"message,omitempty"` // a failed pod's: MessageNodePorts
 	LastExit   *ExitStatus       `json:"lastExit,omitempty"`
 	LastChange time.Time         `json:"lastChange"`
 	Created    time.Time         `json:"created"`
@@ -116,6 +121,8 @@ func (p *pod) status() PodStatus {
 		st.State = StateTerminating
 	case phaseTerminated:
 		st.State = StateTerminated
+	case phaseRejected:
+		st.State, st.Reason, st.Message = StateFailed, p.rejected.Reason, p.rejected.Message
 	default:
 		st.State = first.State
 	}
@@ -150,7 +157,8 @@ func (k *Kubelet) tryStart(p *pod) {
 	}
 	var blocker *pod
 	for _, o := range k.pods {
-		if o != p && o.src.Key == p.src.Key && o.phase != phasePending {
+		// A rejected pod never reached the pod workers: it blocks nothing.
+		if o != p && o.src.Key == p.src.Key && o.phase != phasePending && o.phase != phaseRejected {
 			blocker = o
 			break
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -175,18 +176,38 @@ func (k *Kubelet) reconcile() {
 		desired[sp.UID] = sp
 	}
 	for uid, p := range k.pods {
-		if _, ok := desired[uid]; !ok && (p.phase == phasePending || p.phase == phaseRunning) {
-			k.terminate(p, "pod removed or replaced in the manifest directory")
-		}
-	}
-	for uid, sp := range desired {
-		p, ok := k.pods[uid]
-		if !ok {
-			p = k.newPod(sp)
-			k.pods[uid] = p
-			k.tryStart(p)
+		if _, ok := desired[uid]; ok {
 			continue
 		}
+		switch p.phase {
+		case phasePending, phaseRunning:
+			k.terminate(p, "pod removed or replaced in the manifest directory")
+		case phaseRejected:
+			k.log.Info("dropping a rejected pod: its manifest is gone or changed", "key", p.src.Key, "uid", uid)
+			delete(k.pods, uid)
+		}
+	}
+	// kubelet's config sends the removes before the adds, and
+	// HandlePodAdditions admits the adds one by one, each against the
+	// pods admitted so far; here in the order of their files.
+	var added []*SourcePod
+	for uid, sp := range desired {
+		if _, ok := k.pods[uid]; !ok {
+			added = append(added, sp)
+		}
+	}
+	sort.Slice(added, func(i, j int) bool { return added[i].File < added[j].File })
+	for _, sp := range added {
+		p := k.newPod(sp)
+		k.pods[sp.UID] = p
+		if err := Admit(sp, k.activeLocked(desired)); err != nil {
+			k.reject(p, err)
+			continue
+		}
+		k.tryStart(p)
+	}
+	for uid := range desired {
+		p := k.pods[uid]
 		if p.phase == phaseTerminating || p.phase == phaseTerminated {
 			if !p.restartRequested {
 				k.log.Info("terminated pod is wanted again; it restarts once its worker is cleaned up", "key", p.src.Key, "uid", uid)

@@ -16,7 +16,9 @@
 // serves /healthz; all over HTTPS with a self-signed
 // certificate generated in memory at start, on 127.0.0.1 (or the loopback
 // address --bind-address names) and --secure-port (default: the upstream
-// port). kube-vip has no listener and runs until SIGTERM. Every other flag is
+// port). --permit-port-sharing sets SO_REUSEPORT on the listener, as the
+// real components do, so two instances share a port only when both carry
+// it. kube-vip has no listener and runs until SIGTERM. Every other flag is
 // accepted and ignored.
 package standin
 
@@ -44,6 +46,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Environment variables the stand-in reads. The kubelet stand-in passes a
@@ -152,14 +156,19 @@ func ReadEvents(path string) ([]Event, error) {
 
 // Options is a parsed stand-in invocation.
 type Options struct {
-	Component   string
-	Mode        Mode
-	Addr        string // host:port to listen on; empty for no listener
-	CrashAfter  time.Duration
-	ReadyAfter  time.Duration
-	EventsFile  string
-	Unknown     []string // flags accepted and ignored, for the log
-	componentOK Component
+	Component  string
+	Mode       Mode
+	Addr       string // host:port to listen on; empty for no listener
+	CrashAfter time.Duration
+	ReadyAfter time.Duration
+	EventsFile string
+	// PermitPortSharing and PermitAddressSharing are the components'
+	// --permit-port-sharing and --permit-address-sharing (pflag bools):
+	// SO_REUSEPORT and SO_REUSEADDR on the listener.
+	PermitPortSharing    bool
+	PermitAddressSharing bool
+	Unknown              []string // flags accepted and ignored, for the log
+	componentOK          Component
 }
 
 // Parse derives Options from argv and the environment lookup getenv. It
@@ -231,6 +240,19 @@ func Parse(args []string, getenv func(string) string) (*Options, error) {
 				// the stand-in listens on loopback only.
 			default:
 				return nil, fmt.Errorf("--bind-address=%s: the stand-in listens only on loopback", val)
+			}
+		case "permit-port-sharing", "permit-address-sharing":
+			// pflag's bool: bare means true, a value must follow "=".
+			b := true
+			if hasVal {
+				if b, err = strconv.ParseBool(val); err != nil {
+					return nil, fmt.Errorf("--%s=%q: invalid boolean", name, val)
+				}
+			}
+			if name == "permit-port-sharing" {
+				o.PermitPortSharing = b
+			} else {
+				o.PermitAddressSharing = b
 			}
 		default:
 			o.Unknown = append(o.Unknown, a)
@@ -331,11 +353,11 @@ func serve(o *Options, rec *recorder) (*http.Server, chan error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ln, err := net.Listen("tcp", o.Addr)
+	ln, err := listen(o, rec.log)
 	if err != nil {
 		return nil, nil, err
 	}
-	rec.record(EventListen, o.Addr, "")
+	rec.record(EventListen, o.Addr, sharing(o))
 	start := time.Now()
 	var once sync.Once
 	mux := http.NewServeMux()
@@ -374,6 +396,45 @@ func serve(o *Options, rec *recorder) (*http.Server, chan error, error) {
 		}
 	}()
 	return srv, errc, nil
+}
+
+// listen opens o.Addr as k8s.io/apiserver's SecureServingOptions.ApplyTo
+// does (options/serving.go, serving_unix.go): SO_REUSEPORT when
+// --permit-port-sharing, SO_REUSEADDR when --permit-address-sharing, a
+// failed setsockopt only logged. Without SO_REUSEPORT on every socket of
+// the port, a second instance's bind fails with EADDRINUSE, as the real
+// component's does. (Go sets SO_REUSEADDR on every TCP listener anyway.)
+func listen(o *Options, log *slog.Logger) (net.Listener, error) {
+	var lc net.ListenConfig
+	if o.PermitPortSharing || o.PermitAddressSharing {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			return c.Control(func(fd uintptr) {
+				if o.PermitPortSharing {
+					if err := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+						log.Warn("failed to set SO_REUSEPORT on socket", "err", err)
+					}
+				}
+				if o.PermitAddressSharing {
+					if err := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+						log.Warn("failed to set SO_REUSEADDR on socket", "err", err)
+					}
+				}
+			})
+		}
+	}
+	return lc.Listen(context.Background(), "tcp", o.Addr)
+}
+
+// sharing is the listen event's detail: which sharing the socket allows.
+func sharing(o *Options) string {
+	var s []string
+	if o.PermitPortSharing {
+		s = append(s, "SO_REUSEPORT")
+	}
+	if o.PermitAddressSharing {
+		s = append(s, "SO_REUSEADDR")
+	}
+	return strings.Join(s, ",")
 }
 
 type recorder struct {

@@ -43,14 +43,22 @@ type proc struct {
 
 func start(t *testing.T, component string, env ...string) *proc {
 	t.Helper()
+	return startOn(t, component, freePort(t), nil, env...)
+}
+
+// startOn runs the stand-in as component on port, with flags added to
+// its argv.
+func startOn(t *testing.T, component string, port int, flags []string, env ...string) *proc {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{port: freePort(t), events: filepath.Join(t.TempDir(), "events.jsonl"), done: make(chan struct{})}
+	p := &proc{port: port, events: filepath.Join(t.TempDir(), "events.jsonl"), done: make(chan struct{})}
+	args := append([]string{component, "--secure-port=" + strconv.Itoa(p.port), "--bind-address=127.0.0.1", "--kubeconfig=/nonexistent", "--v=2"}, flags...)
 	p.cmd = &exec.Cmd{
 		Path:        self,
-		Args:        []string{component, "--secure-port=" + strconv.Itoa(p.port), "--bind-address=127.0.0.1", "--kubeconfig=/nonexistent", "--v=2", "manager"},
+		Args:        append(args, "manager"),
 		Env:         append([]string{"STANDIN_TEST_MAIN=1", EnvEvents + "=" + p.events}, env...),
 		Stderr:      testLog{t},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
