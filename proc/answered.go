@@ -75,10 +75,10 @@ func (s *Scanner) answeredBy(ctx context.Context, rawURL string, pids []int) (ou
 	}
 	held, err := s.holdsConn(pids, server, client)
 	switch {
+	case err != nil && answer != nil:
+		// Whose failure it was is unknown: say both.
+		return false, fmt.Errorf("%w (the answer: %w)", err, answer)
 	case err != nil:
-		if answer != nil {
-			return false, answer
-		}
 		return false, err
 	case !held:
 		return false, fmt.Errorf("%w (no fd of pids %v holds the connection from %s)", errOtherInstance, pids, client)
