@@ -69,7 +69,14 @@ func TestWaitInstanceActive(t *testing.T) {
 	if err := s.WaitInstanceActive(context.Background(), tg, staticUID, 10*time.Second); err != nil {
 		t.Fatalf("WaitInstanceActive(healthy pod): %v", err)
 	}
-	err = s.WaitInstanceActive(context.Background(), tg, surgeUID, 500*time.Millisecond)
+	// Each attempt's connection goes to either instance: wait again until
+	// some went to the healthy one (almost always the first time).
+	for range 5 {
+		err = s.WaitInstanceActive(context.Background(), tg, surgeUID, 500*time.Millisecond)
+		if err == nil || !strings.Contains(err.Error(), " 0 of ") {
+			break
+		}
+	}
 	var we *WaitError
 	if !errors.As(err, &we) || !isDeadline(err) {
 		t.Fatalf("WaitInstanceActive(sick pod) = %v; want a *WaitError at the deadline", err)
