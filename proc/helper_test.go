@@ -52,6 +52,8 @@ func runHelper(mode string) {
 	case "ignoreterm":
 		signal.Ignore(syscall.SIGTERM)
 	case "sleep":
+	case "health200", "health500":
+		serveHealth(mode)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 		os.Exit(2)
@@ -74,12 +76,12 @@ func uniqueName(t *testing.T, what string) string {
 // startHelper runs the helper with argv[0] set to argv0 in its own process
 // group, waits until it is set up (modes other than "exit"), and kills the
 // group at cleanup unless the test has reaped it.
-func startHelper(t *testing.T, argv0, mode string) *exec.Cmd {
+func startHelper(t testing.TB, argv0, mode string) *exec.Cmd {
 	t.Helper()
 	return startHelperAt(t, helperPath, argv0, mode)
 }
 
-func startHelperAt(t *testing.T, path, argv0, mode string) *exec.Cmd {
+func startHelperAt(t testing.TB, path, argv0, mode string) *exec.Cmd {
 	t.Helper()
 	cmd := &exec.Cmd{
 		Path:   path,
@@ -127,14 +129,6 @@ func linkHelper(t *testing.T, name string) string {
 
 // self is the host scanner scoped to this test process's tree.
 func self() *Scanner { return Host().Within(os.Getpid()) }
-
-func pidsOf(ps []Process) []int {
-	out := make([]int, len(ps))
-	for i, p := range ps {
-		out[i] = p.PID
-	}
-	return out
-}
 
 // fakeRoot lays out a minimal fake procfs under a temp dir: uptime and
 // boot_id, plus the given files (relative path -> content).

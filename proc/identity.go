@@ -8,6 +8,7 @@ package proc
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -76,12 +77,26 @@ func (p Placement) String() string {
 //
 // The binary name is the cross check: a process in a static pod's cgroup
 // that runs another binary is not t's.
+//
+// A process in the pod cgroup of a UID in t.NotPods (a surge's other
+// instance) is left out of both lists: it is neither t's nor foreign for
+// this look. Only a readable pod cgroup can exclude a process, so one whose
+// cgroup file is unreadable stays t's.
 func (s *Scanner) Identify(t Target) (Identity, error) {
+	id, _, err := s.identify(t)
+	return id, err
+}
+
+// identify is Identify that also returns, for each of id.Ours, the UID of
+// its static pod ("" for a process whose cgroup is unreadable, or for all
+// when pod cgroups are not in use).
+func (s *Scanner) identify(t Target) (Identity, []string, error) {
 	ps, err := s.PIDs(t.Binary)
 	if err != nil {
-		return Identity{}, err
+		return Identity{}, nil, err
 	}
-	return s.split(ps)
+	id, pods := s.split(ps, t.NotPods)
+	return id, pods, nil
 }
 
 // Of is Identify's Ours: the processes that are t's.
@@ -90,15 +105,18 @@ func (s *Scanner) Of(t Target) ([]Process, error) {
 	return id.Ours, err
 }
 
-// split applies Identify's rule to ps, processes of one binary.
-func (s *Scanner) split(ps []Process) (Identity, error) {
+// split applies Identify's rule to ps, processes of one binary, leaving
+// out the ones in the pod cgroup of a UID in notPods. pods[i] is the pod
+// UID of id.Ours[i] (see identify).
+func (s *Scanner) split(ps []Process, notPods []string) (id Identity, pods []string) {
 	places := make([]Placement, len(ps))
+	uids := make([]string, len(ps))
 	inPods := false
 	for i, p := range ps {
-		places[i] = s.Place(p.PID)
+		places[i], uids[i] = s.place(p.PID)
 		inPods = inPods || places[i] == StaticPod || places[i] == APIPod
 	}
-	id := Identity{ByCgroup: inPods}
+	id.ByCgroup = inPods
 	switch {
 	case s.podsSeen != nil:
 		if inPods {
@@ -110,13 +128,25 @@ func (s *Scanner) split(ps []Process) (Identity, error) {
 	}
 	for i, p := range ps {
 		switch {
-		case !id.ByCgroup, places[i] == StaticPod, places[i] == Unknown:
+		case uids[i] != "" && slices.ContainsFunc(notPods, func(u string) bool { return normalUID(u) == uids[i] }):
+			// The other instance of a surge: neither t's nor foreign.
+		case !id.ByCgroup:
 			id.Ours = append(id.Ours, p)
+			pods = append(pods, "")
+		case places[i] == StaticPod, places[i] == Unknown:
+			id.Ours = append(id.Ours, p)
+			pods = append(pods, uids[i])
 		default:
 			id.Foreign = append(id.Foreign, p)
 		}
 	}
-	return id, nil
+	return id, pods
+}
+
+// normalUID is a pod UID as this package compares it: the systemd
+// driver's underscores as the UID's dashes, lower case.
+func normalUID(uid string) string {
+	return strings.ToLower(strings.ReplaceAll(uid, "_", "-"))
 }
 
 // Place reads where pid runs from its /proc/<pid>/cgroup: in a static
@@ -124,20 +154,29 @@ func (s *Scanner) split(ps []Process) (Identity, error) {
 // the file cannot be read (a vanished process included: the next scan
 // drops it).
 func (s *Scanner) Place(pid int) Placement {
+	pl, _ := s.place(pid)
+	return pl
+}
+
+// place is Place with the pod's UID (normalUID), "" outside pod cgroups
+// and when unknown. A process whose lines name several pods (never seen
+// from kubelet) is placed by the first.
+func (s *Scanner) place(pid int) (Placement, string) {
 	b, err := os.ReadFile(s.pidFile(pid, "cgroup"))
 	if err != nil {
-		return Unknown
+		return Unknown, ""
 	}
 	lines := podPaths(b)
 	if len(lines) == 0 {
-		return Outside
+		return Outside, ""
 	}
+	uid := normalUID(podUID(lines[0].path))
 	for _, l := range lines {
 		if !isStaticUID(podUID(l.path)) {
-			return APIPod
+			return APIPod, uid
 		}
 	}
-	return StaticPod
+	return StaticPod, uid
 }
 
 // podUID is the pod UID in the last element of a path podPaths cut after

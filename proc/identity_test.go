@@ -2,9 +2,11 @@ package proc
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -152,5 +154,68 @@ func TestWaitsIgnoreAForeignProcess(t *testing.T) {
 	}
 	if done, _, err := s.Replaced(tg, mark); err != nil || done {
 		t.Fatalf("Replaced with only a foreign process (started after the mark) = %v, %v; want not done", done, err)
+	}
+}
+
+const (
+	surgeUID = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+	fakeBoot = "11111111-2222-3333-4444-555555555555"
+)
+
+// surgeTable is a kube-apiserver surge in a fake process table: pid 300 in
+// the surge pod (cgroupfs driver), started at tick 50; pids 301 and 302 in
+// the canonical pod (systemd driver), started at ticks 200 and 210; pid 303
+// with no cgroup file (unknown), started at tick 220.
+func surgeTable(t *testing.T) *Scanner {
+	t.Helper()
+	files := map[string]string{
+		"300/cgroup": "0::/kubepods/burstable/pod" + surgeUID + "/ctr\n",
+		"301/cgroup": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + staticUID + ".slice/cri-containerd-1.scope\n",
+		"302/cgroup": "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + staticUID + ".slice/cri-containerd-1.scope\n",
+	}
+	for pid, ticks := range map[int]uint64{300: 50, 301: 200, 302: 210, 303: 220} {
+		files[itoa(pid)+"/cmdline"] = "kube-apiserver\x00--permit-port-sharing=true\x00--secure-port=6443\x00"
+		files[itoa(pid)+"/stat"] = statLine(pid, "kube-apiserver", 'S', 1, ticks)
+	}
+	s, err := NewScanner(fakeRoot(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.WithCgroupRoot(t.TempDir())
+}
+
+// TestNotPodsLeavesTheSurgeOut: the surge pod's process started before the
+// mark of the canonical pod's write; without NotPods it is stale and the
+// canonical pod's replacement never done, with NotPods (in either
+// driver's spelling) it is nobody's. The unknown process stays t's.
+func TestNotPodsLeavesTheSurgeOut(t *testing.T) {
+	s := surgeTable(t)
+	m := Mark{Ticks: 100, BootID: fakeBoot}
+	all := Target{Name: "kube-apiserver", Binary: "kube-apiserver"}
+	if done, stale, err := s.Replaced(all, m); err != nil || done || !slices.Equal(pidsOf(stale), []int{300}) {
+		t.Fatalf("without NotPods: Replaced = %v, %v, %v; want not done, stale [300]", done, pidsOf(stale), err)
+	}
+	for _, spelled := range []string{surgeUID, strings.ToUpper(surgeUID)} {
+		tg := all
+		tg.NotPods = []string{"1b4e28ba_2fa1_11d2_883f_0016d3cca427", spelled}
+		id, err := s.Identify(tg)
+		if err != nil || !slices.Equal(pidsOf(id.Ours), []int{301, 302, 303}) || len(id.Foreign) != 0 {
+			t.Fatalf("NotPods %q: Identify = ours %v foreign %v, %v; want ours [301 302 303], no foreign", spelled, pidsOf(id.Ours), pidsOf(id.Foreign), err)
+		}
+		if done, stale, err := s.Replaced(tg, m); err != nil || !done {
+			t.Fatalf("NotPods %q: Replaced = %v, %v, %v; want done", spelled, done, pidsOf(stale), err)
+		}
+		if err := s.WaitReplaced(context.Background(), tg, m, time.Second); err != nil {
+			t.Fatalf("NotPods %q: WaitReplaced: %v", spelled, err)
+		}
+	}
+	// Only the surge pod excluded from a look at the canonical pod's
+	// processes: the canonical ones (and the unknown one) keep WaitGone.
+	tg := all
+	tg.NotPods = []string{surgeUID}
+	err := s.WaitGone(context.Background(), tg, 30*time.Millisecond)
+	var we *WaitError
+	if !errors.As(err, &we) || !strings.Contains(err.Error(), "pids 301, 302, 303") {
+		t.Fatalf("WaitGone with the canonical pod running = %v; want a timeout naming pids 301, 302, 303", err)
 	}
 }

@@ -70,6 +70,12 @@ func probe(ctx context.Context, url string) error {
 		return err
 	}
 	defer resp.Body.Close()
+	return judge(resp)
+}
+
+// judge reads resp's body (up to drainLimit) and returns nil for a 2xx
+// answer, otherwise a *statusError with an excerpt of the body.
+func judge(resp *http.Response) error {
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 		return nil

@@ -140,8 +140,7 @@ func (tr *tracked) check() (done bool, stale []Process, err error) {
 		}
 		ps, err = tr.s.among(append(pids, found...), tr.binary())
 		if err == nil {
-			var id Identity
-			id, err = tr.s.split(ps)
+			id, _ := tr.s.split(ps, tr.t.NotPods)
 			ps = id.Ours
 		}
 	}
