@@ -102,6 +102,8 @@ func (e *Engine) planSurge(r *run, comp string) surgePlan {
 	switch {
 	case err != nil:
 		return no("its processes could not be read: %v", err)
+	case len(insts) == 0:
+		return no("no instance of it runs, so there is none to start the new one beside")
 	case !byPod:
 		return no("kubelet makes no pod cgroups here, so the old and the new instance could not be told apart")
 	case len(insts) != 1:

@@ -401,11 +401,11 @@ func (r *reporter) line(ev engine.Event) string {
 func (r *reporter) deadline(step string) (time.Duration, bool) {
 	dl := r.g.dl
 	switch step {
-	case "wait-replaced":
+	case "wait-replaced", "wait-surge":
 		return dl.Replace, true
-	case "wait-active":
+	case "wait-active", "wait-surge-active":
 		return dl.Active, true
-	case "etcd-stop", "wait-gone":
+	case "etcd-stop", "wait-gone", "surge-remove":
 		return dl.Stop, true
 	case "etcd-backup":
 		return dl.EtcdBackup, true
