@@ -594,6 +594,32 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			}
 		}
 	}
+	// The surge scenarios start from a node whose API-serving components
+	// run with --permit-port-sharing, as after an upgrade (issue 41).
+	surging := []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler}
+	portSharing := func(t *testing.T, n *memNode) {
+		t.Helper()
+		st := n.st.Clone()
+		for _, comp := range surging {
+			withPortSharing(st, comp)
+		}
+		if res, err := n.engine(nil).Apply(t.Context(), st, UpgradeOptions{}); err != nil || res.Outcome != Committed {
+			t.Fatalf("setup: port sharing on: %+v %v", res, err)
+		}
+	}
+	// The scheduler's surge copy never answers: the rollback removes it;
+	// its canonical manifest was never written, so it is not restarted.
+	surgeFails := maps.Clone(downgrades)
+	for _, s := range fault.Steps {
+		surgeFails[s.InRollback(nodestate.Scheduler)] = "the scheduler's surge copy never answered, so its canonical manifest was never written: the rollback does not restart it"
+	}
+	noSurgeLeft := func(n *memNode) []string {
+		if left, err := n.store.SurgeFiles(); err != nil || len(left) > 0 {
+			return []string{fmt.Sprintf("surge copies left in the manifest directory: %v %v", left, err)}
+		}
+		return nil
+	}
+	surgeRollback := append([]fault.Point{fault.AfterSurgeRemoved.InRollback(nodestate.Scheduler)}, fault.RollbackPoints(roster)...)
 	return []memScenario{
 		{
 			name:   "upgrade",
@@ -748,6 +774,27 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
 				return e.RollbackLast(ctx)
 			},
+		},
+		{
+			name:   "surge-upgrade",
+			points: fault.SurgeUpgradePoints(roster, surging),
+			want:   Committed,
+			setup:  portSharing,
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Run(ctx, release(n.st, true, "", ""), nil)
+			},
+			verify: noSurgeLeft,
+		},
+		{
+			name:      "surge-rollback",
+			points:    surgeRollback,
+			notOnPath: surgeFails,
+			want:      RolledBack,
+			setup:     portSharing,
+			run: func(ctx context.Context, e *Engine, n *memNode) (Result, error) {
+				return e.Run(ctx, release(n.st, true, nodestate.Scheduler, standin.ModeNeverListen), nil)
+			},
+			verify: noSurgeLeft,
 		},
 	}
 }
@@ -1086,7 +1133,13 @@ func TestMemMatrixCanFail(t *testing.T) {
 		}
 		b, _ := n.store.Read(nodestate.Scheduler)
 		os.WriteFile(filepath.Join(n.store.Dir(), ".kube-scheduler.yaml123"), b, 0o600)
-		stray := strings.Replace(string(b), "name: kube-scheduler\n", "name: kube-scheduler-copy\n", 1)
+		// A copy kubelet admits beside the scheduler: no host ports
+		// declared (a surge copy's shape, under a name that is no surge's).
+		sb, err := manifest.SurgeBytes(nodestate.Scheduler, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stray := strings.Replace(string(sb), "name: kube-scheduler-surge\n", "name: kube-scheduler-copy\n", 1)
 		os.WriteFile(filepath.Join(n.store.Dir(), "stray.yaml"), []byte(stray), 0o600)
 		expect(t, n.converged(Committed), "holds .kube-scheduler.yaml123", "holds stray.yaml", "kube-scheduler: stale processes", "runs 5 pods")
 	})

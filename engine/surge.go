@@ -279,7 +279,15 @@ func (e *Engine) clearSurge(ctx context.Context, r *run, p journal.Phase, comp s
 			return e.waitFailed(comp, err)
 		}
 	}
-	return e.append(r, p, journal.Record{Phase: p, Step: journal.StepSurge, Component: comp, Why: journal.SurgeRemoved})
+	if err := e.append(r, p, journal.Record{Phase: p, Step: journal.StepSurge, Component: comp, Why: journal.SurgeRemoved}); err != nil {
+		return err
+	}
+	if p == journal.PhaseRollingBack {
+		e.hit(fault.AfterSurgeRemoved.InRollback(comp))
+	} else {
+		e.hit(fault.AfterSurgeRemoved.Of(comp))
+	}
+	return nil
 }
 
 // surgeFirst runs the first half of a surge for comp when planSurge says
