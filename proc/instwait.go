@@ -45,9 +45,11 @@ func instancePacer() pacer {
 // (instancePacer). The pod's processes are found with Instances (t.NotPods
 // honoured) and read again at every attempt (podWatch).
 //
-// It returns nil once uid's instance answers 2xx. It returns at once with
-// an error wrapping ErrInstanceGone when no process of the pod runs, and
-// ErrNoPodCgroups when pod cgroups are not in use. On timeout (or when ctx
+// It returns nil once uid's instance answers 2xx, and at once with
+// ErrNoPodCgroups when pod cgroups are not in use. A pod none of whose
+// processes runs is waited for like one that does not answer (kubelet
+// restarts a container that exited in the same pod); if that lasts to the
+// deadline, the last failure wraps ErrInstanceGone. On timeout (or when ctx
 // ends) the error is a *WaitError naming the component, the pod, how many
 // answers came from other instances and the last failure of uid's own
 // (an unreadable /proc is retried until then, as every wait does).
@@ -76,9 +78,11 @@ func (s *Scanner) WaitInstanceActive(ctx context.Context, t Target, uid string, 
 			stop = fmt.Errorf("waiting for %s of pod %s: %w", t.Name, uid, ErrNoPodCgroups)
 			return true, nil
 		case len(ps) == 0:
-			stop = fmt.Errorf("no process of %s runs in pod %s (%d of %d answers on %s came from other instances): %w",
-				t.Name, uid, others, answers, t.Health, ErrInstanceGone)
-			return true, nil
+			// Exited, perhaps to be restarted by kubelet in the same pod
+			// (a crash loop): waited out to the deadline, as WaitActive
+			// waits out a component that is not answering yet.
+			own = fmt.Errorf("no process of %s runs in pod %s: %w", t.Name, uid, ErrInstanceGone)
+			return false, own
 		}
 		ours, err := s.answeredBy(ctx, t.Health, pidsOf(ps))
 		if ours || errors.Is(err, errOtherInstance) {

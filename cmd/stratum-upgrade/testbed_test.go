@@ -194,8 +194,11 @@ func TestOnTestBed(t *testing.T) {
 	// A release whose scheduler never comes up healthy: rolled back, exit 3.
 	// Its tag, v1.34.5-exit-at-start, is a pre-release of the v1.34.5 the
 	// node now runs, so a downgrade to the pre-flight checks: let through.
+	// --no-surge: the scheduler is replaced (and rolled back) stop-then-
+	// start; a failed surge copy never touches the old one
+	// (engine.TestSurgeCopyFailsRollsBack).
 	bad := c.release("bad.yaml", "v1.34.5", testbed.ModeImage(nodestate.Scheduler, "v1.34.5", standin.ModeExitAtStart))
-	code, out, errOut := c.su("run", "--to="+bad, "--replace-timeout=5s", "--active-timeout=5s", "--ignore-preflight-errors=KubernetesDowngrade")
+	code, out, errOut := c.su("run", "--to="+bad, "--replace-timeout=5s", "--active-timeout=5s", "--ignore-preflight-errors=KubernetesDowngrade", "--no-surge")
 	if code != cli.ExitRolledBack {
 		t.Fatalf("run of a failing release: exit %d, want %d\n%s%s", code, cli.ExitRolledBack, out, errOut)
 	}
