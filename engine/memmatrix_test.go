@@ -619,7 +619,11 @@ func memScenarios(st *nodestate.NodeState) []memScenario {
 		}
 		return nil
 	}
-	surgeRollback := append([]fault.Point{fault.AfterSurgeRemoved.InRollback(nodestate.Scheduler)}, fault.RollbackPoints(roster)...)
+	// A crash right after the failing copy is written: resume clears
+	// that surge and surges again, and the rollback must clear the second
+	// copy too (a power-cut case found it left behind: the first clear's
+	// record hid the second surge).
+	surgeRollback := append([]fault.Point{fault.AfterSurgeWrite.Of(nodestate.Scheduler), fault.AfterSurgeRemoved.InRollback(nodestate.Scheduler)}, fault.RollbackPoints(roster)...)
 	return []memScenario{
 		{
 			name:   "upgrade",

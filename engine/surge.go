@@ -133,11 +133,19 @@ func (e *Engine) planSurge(r *run, comp string) surgePlan {
 	return surgePlan{ok: true, old: old}
 }
 
-// surgeRecord is comp's last StepSurge record of stage why, in any phase.
-func (r *run) surgeRecord(comp, why string) (journal.Record, bool) {
+// openSurge is the "writing" record of comp's surge that was begun and
+// not removed, in any phase: a transaction may surge a component, clear
+// that surge after an interruption, and surge it again.
+func (r *run) openSurge(comp string) (journal.Record, bool) {
 	for i := len(r.recs) - 1; i >= 0; i-- {
 		rec := r.recs[i]
-		if rec.Step == journal.StepSurge && rec.Component == comp && rec.Why == why {
+		if rec.Step != journal.StepSurge || rec.Component != comp {
+			continue
+		}
+		switch rec.Why {
+		case journal.SurgeRemoved:
+			return journal.Record{}, false
+		case journal.SurgeWriting:
 			return rec, true
 		}
 	}
@@ -253,11 +261,8 @@ func (e *Engine) surgeDown(ctx context.Context, r *run, comp, surgeUID string) e
 // restart what it never wrote); otherwise the component's step, resumed
 // or rolled back, waits them out as processes from before its mark.
 func (e *Engine) clearSurge(ctx context.Context, r *run, p journal.Phase, comp string) error {
-	begun, ok := r.surgeRecord(comp, journal.SurgeWriting)
+	begun, ok := r.openSurge(comp)
 	if !ok {
-		return nil
-	}
-	if _, done := r.surgeRecord(comp, journal.SurgeRemoved); done {
 		return nil
 	}
 	ss, ok := e.store.(SurgeStore)
