@@ -269,7 +269,9 @@ func (e *Engine) clearSurge(ctx context.Context, r *run, p journal.Phase, comp s
 	if !ok {
 		return fmt.Errorf("%s: the journal holds a surge begun, and this manifest store cannot remove its copy", comp)
 	}
-	e.log.Warn("removing a surge copy an interrupted or failed step left", "component", comp, "file", manifest.SurgeFileName(comp))
+	// A failed step's copy is routine (Info); an interruption's is
+	// said by resume already.
+	e.log.Info("removing the surge copy of a step that did not finish", "component", comp, "file", manifest.SurgeFileName(comp))
 	if err := ss.RemoveSurge(comp); err != nil {
 		return fmt.Errorf("%s: remove its surge copy: %w", comp, err)
 	}

@@ -72,8 +72,10 @@ func (d *demo) steps(ctx context.Context) error {
 		},
 		func(ctx context.Context) error {
 			fmt.Fprintln(d.w)
-			d.say("the upgrade gives up on kube-scheduler after --active-timeout and rolls every component it")
-			d.say("changed back to the snapshot it took first: exit 3, the node runs %s again", sc.good)
+			d.say("the first upgrade gave kube-apiserver, -controller-manager and -scheduler --permit-port-sharing,")
+			d.say("so each new instance now starts beside the old one (a surge, no gap); the new kube-scheduler")
+			d.say("never answers: after --active-timeout its surge copy is removed, the old one never stopped,")
+			d.say("and every component changed goes back to the snapshot: exit 3, the node runs %s again", sc.good)
 			return d.su(ctx, exitRolledBack, append([]string{"run", "--to", sc.brokenFile}, sc.brokenFlags...)...)
 		},
 		d.checkRolledBack,
