@@ -28,6 +28,9 @@ type Plan struct {
 	// Ignored are the pre-flight checks that failed and were let through
 	// (UpgradeOptions.IgnorePreflight), in the order of PreflightChecks.
 	Ignored []versions.Finding
+	// Replacements says, for each changed component that can surge at
+	// all, whether it will (surge.go), as the live node is at planning.
+	Replacements map[string]Replacement
 }
 
 // Targets are the exact bytes the transaction writes, journaled when it

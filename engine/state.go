@@ -140,6 +140,7 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 	if plan.Ignored, err = pf.settle(findings); err != nil {
 		return nil, err
 	}
+	planReplacements(plan, store, pf.procs)
 	if etcdChanges && pf.members <= 1 {
 		// A single member (or one not known to be of several) has its
 		// data restored by a rollback.

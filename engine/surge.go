@@ -73,28 +73,35 @@ type surgePlan struct {
 }
 
 // planSurge decides from the live node, just before comp's step, whether
-// the step surges. Anything that cannot be read decides stop-then-start:
-// a surge only shortens a gap, and the path without it is the one every
-// fault matrix has proven.
+// the step surges.
 func (e *Engine) planSurge(r *run, comp string) surgePlan {
 	if !surgeable(comp) || !r.writes(comp) || r.from.IsStopped(comp) {
 		return surgePlan{}
 	}
+	tg, _ := r.txn.Target(comp)
+	return surgeVerdict(e.procs, e.store, e.noSurge, r.from, comp, tg.Manifest)
+}
+
+// surgeVerdict is whether comp, running from st, can be replaced by a
+// surge to the manifest bytes target, on the node procs and store see.
+// Anything that cannot be read decides stop-then-start: a surge only
+// shortens a gap, and the path without it is the one every fault matrix
+// has proven.
+func surgeVerdict(procs Processes, store Manifests, noSurge bool, st *nodestate.NodeState, comp string, target []byte) surgePlan {
 	no := func(format string, a ...any) surgePlan {
 		return surgePlan{why: fmt.Sprintf(format, a...)}
 	}
-	if e.noSurge {
+	if noSurge {
 		return no("--no-surge")
 	}
-	sp, ok := e.procs.(Surger)
-	if _, stores := e.store.(SurgeStore); !ok || !stores {
+	sp, ok := procs.(Surger)
+	if _, stores := store.(SurgeStore); !ok || !stores {
 		return no("this node's process view cannot tell two instances apart")
 	}
-	tg, _ := r.txn.Target(comp)
-	if !newSharesPort(comp, tg.Manifest) {
+	if !newSharesPort(comp, target) {
 		return no("its new manifest does not enable --permit-port-sharing")
 	}
-	t, err := manifest.Target(r.from, comp)
+	t, err := manifest.Target(st, comp)
 	if err != nil {
 		return no("%v", err)
 	}
@@ -131,6 +138,33 @@ func (e *Engine) planSurge(r *run, comp string) surgePlan {
 		return no("%d MiB of memory available, and a second instance needs about %d MiB (the running one's %d MiB plus %d MiB kept free)", avail>>20, need>>20, rss>>20, surgeMemoryFloor>>20)
 	}
 	return surgePlan{ok: true, old: old}
+}
+
+// Replacement is how a plan's component will be replaced: Surge, or
+// stop-then-start for the reason Why. A step decides again, from the
+// live node, just before it runs.
+type Replacement struct {
+	Surge bool
+	Why   string
+}
+
+// planReplacements sets plan.Replacements: how each changed component that
+// can surge at all will be replaced, as the node is now (no --no-surge: a
+// plan is not a transaction). Nothing without procs.
+func planReplacements(plan *Plan, store Manifests, procs Processes) {
+	if procs == nil {
+		return
+	}
+	for _, c := range plan.Changes {
+		if !surgeable(c.Component) || len(c.After) == 0 || c.Before == nil || plan.From.IsStopped(c.Component) {
+			continue
+		}
+		v := surgeVerdict(procs, store, false, plan.From, c.Component, c.After)
+		if plan.Replacements == nil {
+			plan.Replacements = map[string]Replacement{}
+		}
+		plan.Replacements[c.Component] = Replacement{Surge: v.ok, Why: v.why}
+	}
 }
 
 // openSurge is the "writing" record of comp's surge that was begun and

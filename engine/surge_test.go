@@ -84,8 +84,18 @@ func TestSurgeUpgradeOnTestBed(t *testing.T) {
 	}
 	addr := strings.TrimPrefix(strings.TrimPrefix(tg.Health, "https://"), "http://")
 	addr = addr[:strings.IndexByte(addr, '/')]
+	rel := release(f.node.State, false, "", "")
+	plan, err := PlanUpgrade(t.Context(), f.node.Store, f.node.Scanner, f.node.State, rel, UpgradeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+		if r := plan.Replacements[comp]; !r.Surge {
+			t.Errorf("the plan does not say %s surges: %+v", comp, r)
+		}
+	}
 	stop := refusals(t, addr)
-	res, err := f.e.Run(t.Context(), release(f.node.State, false, "", ""), nil)
+	res, err := f.e.Run(t.Context(), rel, nil)
 	refused, tries := stop()
 	if err != nil || res.Outcome != Committed {
 		t.Fatalf("Run: %+v %v", res, err)

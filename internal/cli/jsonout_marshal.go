@@ -27,7 +27,11 @@ type planChangeJSON struct {
 	New           bool   `json:"new"`
 	EditedByHand  bool   `json:"editedByHand"`
 	InputsChanged bool   `json:"inputsChanged"`
-	Diff          string `json:"diff"`
+	// Replacement and ReplacementWhy are null for a component that
+	// cannot surge at all, and the reason null for one that will.
+	Replacement    *string `json:"replacement"`
+	ReplacementWhy *string `json:"replacementWhy"`
+	Diff           string  `json:"diff"`
 }
 
 // MarshalJSON writes plan's output (docs/schemas/plan.json) with every
@@ -37,7 +41,8 @@ type planChangeJSON struct {
 func (p planReport) MarshalJSON() ([]byte, error) {
 	changes := []planChangeJSON{}
 	for _, c := range p.Changes {
-		changes = append(changes, planChangeJSON(c))
+		changes = append(changes, planChangeJSON{Component: c.Component, Path: c.Path, New: c.New, EditedByHand: c.EditedByHand, InputsChanged: c.InputsChanged,
+			Replacement: optional(c.Replacement), ReplacementWhy: optional(c.ReplacementWhy), Diff: c.Diff})
 	}
 	return json.Marshal(struct {
 		From          string           `json:"from"`

@@ -171,8 +171,13 @@ type planChange struct {
 	EditedByHand bool `json:"editedByHand"`
 	// InputsChanged: a file the component reads only at start changed
 	// since its manifest was written (manifest.InputsAnnotation).
-	InputsChanged bool   `json:"inputsChanged"`
-	Diff          string `json:"diff"`
+	InputsChanged bool `json:"inputsChanged"`
+	// Replacement is "surge" or "stop-then-start" for a component that
+	// can surge at all (engine.Plan.Replacements), with the reason it
+	// will not; empty for the others.
+	Replacement    string `json:"replacement,omitempty"`
+	ReplacementWhy string `json:"replacementWhy,omitempty"`
+	Diff           string `json:"diff"`
 }
 
 // planHeader is the text plan prints above the diffs: what the upgrade
@@ -201,6 +206,26 @@ func planHeader(plan *engine.Plan, stateFile string) []string {
 	}
 	if len(edited) > 0 {
 		out = append(out, fmt.Sprintf("edited by hand: %s (not the render of the node state: status shows \"differs\"); %s writes the render back, undoing the edits the diffs below show", list(edited), writer))
+	}
+	return append(out, replacementLines(plan)...)
+}
+
+// replacementLines says which changed components will surge (a new
+// instance beside the running one) and why each other that could will not.
+func replacementLines(plan *engine.Plan) []string {
+	var surges, out []string
+	for _, comp := range plan.Changed() {
+		r, ok := plan.Replacements[comp]
+		switch {
+		case !ok:
+		case r.Surge:
+			surges = append(surges, comp)
+		default:
+			out = append(out, fmt.Sprintf("stop-then-start: %s: %s", comp, r.Why))
+		}
+	}
+	if len(surges) > 0 {
+		out = append([]string{fmt.Sprintf("surge: %s start beside the running instance, no gap (--no-surge: stop-then-start)", list(surges))}, out...)
 	}
 	return out
 }
@@ -304,7 +329,14 @@ func (g *globals) showPlan(in planInput) error {
 		// Unified diff with 3 lines of context, as diff -u: "--- from",
 		// "+++ to", hunks; a new manifest diffs from /dev/null.
 		d := udiff.Unified(from, path+"\t("+in.label+")", string(c.Before), string(c.After))
-		rep.Changes = append(rep.Changes, planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, InputsChanged: c.InputsChanged, Diff: d})
+		pc := planChange{Component: c.Component, Path: path, New: c.Before == nil, EditedByHand: c.EditedByHand, InputsChanged: c.InputsChanged, Diff: d}
+		if r, ok := plan.Replacements[c.Component]; ok {
+			pc.Replacement, pc.ReplacementWhy = "stop-then-start", r.Why
+			if r.Surge {
+				pc.Replacement, pc.ReplacementWhy = "surge", ""
+			}
+		}
+		rep.Changes = append(rep.Changes, pc)
 		rep.EtcdBackup = rep.EtcdBackup || c.Component == nodestate.Etcd
 	}
 	rep.EtcdSnapshot = plan.EtcdSnapshotForced()
