@@ -116,13 +116,17 @@ type statusReport struct {
 	ManifestError *string           `json:"manifestDirError"`
 	Components    []componentStatus `json:"components"`
 	Strays        []string          `json:"strays"`
+	// Surges are the surge copies in the manifest directory
+	// (<component>-surge.yaml): a surge in progress, or one an
+	// interrupted transaction left for resume or rollback to remove.
+	Surges []string `json:"surges"`
 	// kubeadm: no journal, and the manifest directory holds kubeadm's
 	// kube-apiserver manifest: the node is one to adopt.
 	kubeadm bool
 }
 
 func (g *globals) status() (*statusReport, error) {
-	rep := &statusReport{Journal: g.journalPath(), ManifestDir: g.manifestDir, Components: []componentStatus{}, Strays: []string{}}
+	rep := &statusReport{Journal: g.journalPath(), ManifestDir: g.manifestDir, Components: []componentStatus{}, Strays: []string{}, Surges: []string{}}
 	var st *nodestate.NodeState
 	var open *journal.Txn
 	exists, err := g.journalExists()
@@ -185,6 +189,11 @@ func (g *globals) status() (*statusReport, error) {
 		rep.ManifestError = ptr(err.Error())
 	}
 	rep.Strays = nonNil(rep.Strays)
+	if surges, err := store.SurgeFiles(); err != nil {
+		rep.ManifestError = ptr(err.Error())
+	} else {
+		rep.Surges = nonNil(surges)
+	}
 	var target *nodestate.NodeState
 	if open != nil && open.Kind == journal.KindUpgrade {
 		target, _ = nodestate.Parse(open.To)
@@ -374,6 +383,9 @@ func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 		}
 		tw.Flush()
 		printForeign(w, rep.Components)
+	}
+	if len(rep.Surges) > 0 {
+		fmt.Fprintf(w, "surge:        %s: a new instance beside the running one (a surge in progress; if no command runs, `%s` or `%s` removes it)\n", strings.Join(rep.Surges, ", "), cmdline("resume"), cmdline("rollback"))
 	}
 	printStrays(w, rep.ManifestDir, rep.Strays)
 	for _, s := range rep.Strays {
