@@ -54,6 +54,13 @@ func TestDocsFaultPoints(t *testing.T) {
 	// the forced etcd snapshot's points come right after the etcd backup.
 	var want []Point
 	for _, p := range UpgradePoints([]string{"etcd"}) {
+		switch p {
+		case BeforeWrite.Of("etcd"):
+			// A step that surges: its copy's points before the write.
+			want = append(want, AfterSurgeWrite.Of("C"), AfterSurgeActive.Of("C"))
+		case AfterStep.Of("etcd"):
+			want = append(want, AfterSurgeRemoved.Of("C"))
+		}
 		want = append(want, Point(strings.TrimSuffix(string(p), ":etcd")+map[bool]string{true: ":C"}[strings.HasSuffix(string(p), ":etcd")]))
 		if p == AfterEtcdBackup {
 			// The forced etcd snapshot, before etcd's own step.
@@ -64,6 +71,10 @@ func TestDocsFaultPoints(t *testing.T) {
 		}
 	}
 	want = append(want, EtcdSilentPoints([]string{"C"})...)
+	// A rollback removes a surge copy cut short before it puts anything back.
+	if i := slices.Index(want, AfterRollingBack); i >= 0 {
+		want = slices.Insert(want, i+1, AfterSurgeRemoved.InRollback("C"))
+	}
 
 	// The sets first, so a missing or unknown point is named.
 	known := map[Point]bool{}
@@ -74,6 +85,10 @@ func TestDocsFaultPoints(t *testing.T) {
 		known[s.Of("C")] = true
 		known[s.InRollback("C")] = true
 	}
+	for _, s := range []Step{AfterSurgeWrite, AfterSurgeActive, AfterSurgeRemoved} {
+		known[s.Of("C")] = true
+	}
+	known[AfterSurgeRemoved.InRollback("C")] = true
 	for _, p := range want {
 		if !known[p] {
 			t.Fatalf("UpgradePoints/RollbackPoints has %s, which is neither in Fixed nor a Steps point", p)
