@@ -42,7 +42,13 @@ type crashNode struct {
 
 func newCrashNode(t *testing.T, fail string) *crashNode {
 	t.Helper()
-	n := testbed.Start(t, testbed.Options{})
+	return newCrashNodeWith(t, fail, testbed.Options{})
+}
+
+// newCrashNodeWith is newCrashNode on a node started with opts.
+func newCrashNodeWith(t *testing.T, fail string, opts testbed.Options) *crashNode {
+	t.Helper()
+	n := testbed.Start(t, opts)
 	c := &crashNode{t: t, node: n, stateDir: filepath.Join(n.Root, "state")}
 	c.run(0, "", "init", "--state", n.StateFile)
 	rel := release(n.State, true, fail, standin.ModeNeverListen)
@@ -137,6 +143,38 @@ func TestCrashMatrix(t *testing.T) {
 					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
 				}
 				c.resumeAndCheck(Committed)
+			})
+		}
+	})
+	t.Run("surge", func(t *testing.T) {
+		// The points only a surge passes, on a node whose API-serving
+		// components run with port sharing (the others are upgrade's).
+		if os.Geteuid() != 0 {
+			t.Skip("surge needs pod cgroups: the kubelet stand-in makes them as root")
+		}
+		surging := []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler}
+		var all []fault.Point
+		for _, comp := range surging {
+			all = append(all, fault.AfterSurgeWrite.Of(comp), fault.AfterSurgeActive.Of(comp), fault.AfterSurgeRemoved.Of(comp))
+		}
+		pts := s.points("surge", all, nil)
+		s.logPicked(t, len(pts), len(all))
+		sharing := testbed.Options{Mutate: func(st *nodestate.NodeState) {
+			for _, comp := range surging {
+				withPortSharing(st, comp)
+			}
+		}}
+		for _, pt := range pts {
+			t.Run(string(pt), func(t *testing.T) {
+				t.Parallel()
+				c := newCrashNodeWith(t, "", sharing)
+				if code := c.run(-1, string(pt), "run", "--to", c.release); code != -1 {
+					t.Fatalf("the run was not killed at %s (exit %d): the point is not on the path", pt, code)
+				}
+				c.resumeAndCheck(Committed)
+				if left, err := c.node.Store.SurgeFiles(); err != nil || len(left) > 0 {
+					t.Errorf("surge copies after resume: %v %v", left, err)
+				}
 			})
 		}
 	})
