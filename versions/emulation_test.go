@@ -1,0 +1,174 @@
+package versions
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+)
+
+// TestEmulationRulesMatchFlagTables pins the emulation table against the
+// flag tables of every supported minor (the binaries' whole flag sets):
+// each component's binary has each flag exactly where the table says so,
+// and the floor is three minors back, never below 1.31.
+func TestEmulationRulesMatchFlagTables(t *testing.T) {
+	for _, c := range kubernetesComponents {
+		for _, minor := range KubernetesMinors {
+			v := version.MustParseGeneric(minor + ".0")
+			rule, ok := Emulation(c, v)
+			if !ok {
+				t.Errorf("%s %s: no emulation rule", c, minor)
+				continue
+			}
+			flags := acceptedFlags(c, v)
+			if rule.Emulated != flags[FlagEmulatedVersion] || rule.MinCompat != flags[FlagMinCompatibilityVersion] {
+				t.Errorf("%s %s: rule says --%s %v, --%s %v; the flag table %v, %v", c, minor, FlagEmulatedVersion, rule.Emulated,
+					FlagMinCompatibilityVersion, rule.MinCompat, flags[FlagEmulatedVersion], flags[FlagMinCompatibilityVersion])
+			}
+			want := max(int(v.Minor())-3, 31)
+			if rule.Floor != fmt.Sprintf("1.%d", want) {
+				t.Errorf("%s %s: floor %s, want 1.%d", c, minor, rule.Floor, want)
+			}
+		}
+	}
+	if _, ok := Emulation(nodestate.Etcd, version.MustParseGeneric("3.6.0")); ok {
+		t.Error("etcd has an emulation rule")
+	}
+}
+
+func args(kv ...string) map[string]nodestate.ArgValues {
+	m := map[string]nodestate.ArgValues{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = append(m[kv[i]], kv[i+1])
+	}
+	return m
+}
+
+// checks is the findings' "Check" or "Check!" (Unsupported), in order.
+func checks(fs []Finding) []string {
+	var out []string
+	for _, f := range fs {
+		s := f.Check
+		if f.Unsupported {
+			s += "!"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestCheckEmulation pins each rule of the compatibility-version flags on
+// the 1.36 and 1.37 binaries (TestRealEmulationRules runs the same cases
+// against the real binaries).
+func TestCheckEmulation(t *testing.T) {
+	for _, tc := range emulationCases {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := version.MustParseGeneric(tc.binary)
+			got := CheckEmulation(tc.component(), bin, args(tc.args...))
+			if !slices.Equal(checks(got), tc.want) {
+				t.Fatalf("findings %v, want %v: %v", checks(got), tc.want, got)
+			}
+			for _, f := range got {
+				if f.Component != tc.component() || !strings.Contains(f.Message, tc.component()) {
+					t.Errorf("finding %v: does not name %s", f, tc.component())
+				}
+			}
+			// What the real binary does (TestRealEmulationRules) and the
+			// findings agree: a refusal is a finding that cannot be
+			// ignored, an alpha finding is one the binary warns of.
+			if tc.binary == "1.36.3" || tc.binary == "1.37.2" {
+				refused := slices.ContainsFunc(got, func(f Finding) bool { return f.Unsupported })
+				if refused != (tc.refuse != "") {
+					t.Errorf("refusal %v, but the binary's is %q", refused, tc.refuse)
+				}
+				if slices.Contains(checks(got), CheckEmulationAlphaGates) && tc.warn == "" {
+					t.Errorf("%s, but the binary does not warn", CheckEmulationAlphaGates)
+				}
+			}
+		})
+	}
+}
+
+// emulationCase is one flag combination on one binary, with the findings
+// CheckEmulation returns and, for the real-binary test, what the binary
+// says (refuse: a fragment of its refusal; warn: of its warning; neither:
+// it starts past flag validation).
+type emulationCase struct {
+	name   string
+	comp   string // "" is kube-apiserver
+	binary string
+	args   []string
+	want   []string
+	refuse string
+	warn   string
+}
+
+func (c emulationCase) component() string {
+	if c.comp == "" {
+		return nodestate.KubeAPIServer
+	}
+	return c.comp
+}
+
+var emulationCases = []emulationCase{
+	{name: "no flags", binary: "1.37.2"},
+	{name: "previous minor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36"}},
+	{name: "bare version means kube", binary: "1.37.2", args: []string{"emulated-version", "1.36"}},
+	{name: "v prefix", binary: "1.37.2", args: []string{"emulated-version", "v1.36"}},
+	{name: "own minor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.37"}},
+	{name: "floor is N-3", binary: "1.37.2", args: []string{"emulated-version", "kube=1.34"}},
+	{name: "below floor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.33"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.33 is not between [1.34, 1.37.0]"},
+	{name: "above binary", binary: "1.37.2", args: []string{"emulated-version", "kube=1.38"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.38 is not between [1.34, 1.37.0]"},
+	{name: "1.36 floor", binary: "1.36.3", args: []string{"emulated-version", "kube=1.33"}},
+	{name: "1.36 below floor", binary: "1.36.3", args: []string{"emulated-version", "kube=1.32"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.32 is not between [1.33, 1.36.0]"},
+	{name: "1.36 above binary", binary: "1.36.3", args: []string{"emulated-version", "kube=1.37"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.37 is not between [1.33, 1.36.0]"},
+	{name: "patch refused", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36.2"}, want: []string{"EmulatedVersionRange!"}, refuse: "patch version not allowed, got: kube=1.36.2"},
+	{name: "other component", binary: "1.37.2", args: []string{"emulated-version", "wardle=1.36"}, want: []string{"EmulatedVersionRange!"}, refuse: "component not registered: wardle"},
+	{name: "twice", binary: "1.37.2", args: []string{"emulated-version", "kube=1.35,kube=1.36"}, want: []string{"EmulatedVersionRange!"}, refuse: "duplicate version flag"},
+	{name: "min compat at floor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "min-compatibility-version", "kube=1.34"}},
+	{name: "min compat above emulated", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "min-compatibility-version", "kube=1.37"}, want: []string{"EmulatedVersionRange!"}, refuse: "minCompatibilityVersion version 1.37 is not between [1.34, 1.36]"},
+	{name: "min compat below floor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "min-compatibility-version", "kube=1.33"}, want: []string{"EmulatedVersionRange!"}, refuse: "minCompatibilityVersion version 1.33 is not between [1.34, 1.36]"},
+	{name: "min compat alone", binary: "1.37.2", args: []string{"min-compatibility-version", "kube=1.37"}},
+	{name: "1.34 has no min compat", binary: "1.34.4", args: []string{"emulated-version", "kube=1.33", "min-compatibility-version", "kube=1.32"}, want: []string{"EmulatedVersionRange!"}},
+	{name: "1.34 emulating 1.31", binary: "1.34.4", args: []string{"emulated-version", "kube=1.31"}},
+	{name: "forward compatible without emulation", binary: "1.37.2", args: []string{"emulation-forward-compatible", "true"}, want: []string{"EmulatedVersionRange!"}, refuse: "EmulationForwardCompatible cannot be set to true if the emulation version is the same as the binary version"},
+	{name: "runtime-config forward compatible without emulation", binary: "1.37.2", args: []string{"runtime-config-emulation-forward-compatible", "true"}, want: []string{"EmulatedVersionRange!"}, refuse: "RuntimeConfigEmulationForwardCompatible cannot be set to true"},
+	{name: "forward compatible with emulation", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "emulation-forward-compatible", "true"}},
+	{name: "all alpha emulating", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "feature-gates", "AllAlpha=true"}, want: []string{"EmulationAlphaGates"}, warn: "alpha features enabled in emulated version, this is unsupported"},
+	// AllAlpha alone is refused on 1.37: alpha gates depend on the beta
+	// GenericWorkload. The binary warns even at its own minor: it compares
+	// its version, 1.37.2, with the emulated 1.37.0 (any patch above .0).
+	{name: "all alpha not emulating", binary: "1.37.2", args: []string{"emulated-version", "kube=1.37", "feature-gates", "AllAlpha=true,AllBeta=true"}, warn: alphaWarning},
+	{name: "all alpha off", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "feature-gates", "AllAlpha=false"}},
+	{name: "controller-manager below floor", comp: nodestate.ControllerManager, binary: "1.37.2", args: []string{"emulated-version", "kube=1.33"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.33 is not between [1.34, 1.37.0]"},
+	{name: "scheduler above binary", comp: nodestate.Scheduler, binary: "1.36.3", args: []string{"emulated-version", "kube=1.37"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.37 is not between [1.33, 1.36.0]"},
+	{name: "scheduler all alpha", comp: nodestate.Scheduler, binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "feature-gates", "AllAlpha=true"}, want: []string{"EmulationAlphaGates"}, warn: "alpha features enabled in emulated version, this is unsupported"},
+}
+
+// TestCheckEmulationKubelet pins the kubelet skew rule: kubelet not newer
+// than the version kube-apiserver emulates; unknown refuses nothing.
+func TestCheckEmulationKubelet(t *testing.T) {
+	bin := version.MustParseGeneric("1.37.2")
+	for _, tc := range []struct {
+		args    []string
+		kubelet string
+		want    bool
+	}{
+		{[]string{"emulated-version", "kube=1.36"}, "v1.37.2", true},
+		{[]string{"emulated-version", "kube=1.36"}, "v1.36.3", false},
+		{[]string{"emulated-version", "kube=1.36"}, "v1.34.4", false},
+		{[]string{"emulated-version", "kube=1.35"}, "v1.36.3", true},
+		{[]string{"emulated-version", "kube=1.36"}, "", false},
+		{nil, "v1.37.2", false},
+		{[]string{"emulated-version", "kube=1.33"}, "v1.37.2", true}, // CheckEmulation refuses it too
+	} {
+		got := CheckEmulationKubelet(bin, args(tc.args...), tc.kubelet)
+		if (len(got) == 1 && got[0].Check == CheckEmulationKubeletSkew) != tc.want || len(got) > 1 {
+			t.Errorf("%v, kubelet %q: %v, want a finding %v", tc.args, tc.kubelet, got, tc.want)
+		}
+	}
+}
