@@ -101,6 +101,9 @@ func stageAt(stages []featureStage, emulated, minCompat *version.Version) string
 		if s.from.GreaterThan(emulated) || (s.minCompat != nil && minCompat.LessThan(s.minCompat)) {
 			continue
 		}
+		if s.stage == "PRE-ALPHA" {
+			return ""
+		}
 		return s.stage
 	}
 	return ""
