@@ -174,7 +174,7 @@ test-real: real-binaries ## the real control plane (kube-apiserver, -controller-
 # module's flagdump/, built into the cache beside the binaries): the whole
 # flag set, hidden and deprecated flags included, which --help leaves out
 # though the binaries accept them. etcd's come from its --help.
-flag-tables: ## regenerate versions/flags/<component>-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
+flag-tables: ## regenerate versions/flags/<component>-<minor>.txt and versions/features/kube-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
 	$(GO) run ./internal/harness/cmd/flagtable -out versions/flags
 
 # The fixtures of the kubeadm adoption tests (issues 15 and 28): for each
