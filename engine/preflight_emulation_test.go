@@ -17,16 +17,21 @@ import (
 // through; a kubelet newer than the emulated version is a named check that
 // can be ignored; unknown kubelet refuses nothing (issue 42).
 func TestPreflightEmulation(t *testing.T) {
+	range3 := []string{versions.CheckEmulatedVersionRange, versions.CheckEmulatedVersionRange, versions.CheckEmulatedVersionRange}
 	for _, tc := range []struct {
 		name, emulated, kubelet string
+		only                    string // set on this component alone; "": all three
 		ignore                  []string
 		want                    []string // failed checks; nil: planned
 		ignorable               bool
 		says                    string
 	}{
-		{name: "below the floor", emulated: "kube=1.30", ignore: []string{IgnoreAll}, want: []string{versions.CheckEmulatedVersionRange},
+		{name: "below the floor", emulated: "kube=1.30", ignore: []string{IgnoreAll}, want: range3,
 			says: "--emulated-version=kube=1.30 is outside what a 1.34 binary emulates, 1.31 to 1.34"},
-		{name: "patch version", emulated: "kube=1.33.1", want: []string{versions.CheckEmulatedVersionRange}, says: "patch version not allowed"},
+		{name: "patch version", emulated: "kube=1.33.1", want: range3, says: "patch version not allowed"},
+		{name: "kube-apiserver alone", emulated: "kube=1.33", only: nodestate.KubeAPIServer, ignorable: true,
+			want: []string{versions.CheckEmulationComponentSkew, versions.CheckEmulationComponentSkew},
+			says: "kube-scheduler v1.34.5 at 1.34 (no --emulated-version) would be newer than kube-apiserver v1.34.5 emulating 1.33"},
 		{name: "kubelet newer", emulated: "kube=1.33", kubelet: "v1.34.4", want: []string{versions.CheckEmulationKubeletSkew}, ignorable: true,
 			says: "kubelet v1.34.4 is newer than the version kube-apiserver v1.34.5 emulates, 1.33"},
 		{name: "kubelet newer, ignored", emulated: "kube=1.33", kubelet: "v1.34.4", ignore: []string{versions.CheckEmulationKubeletSkew}},
@@ -35,7 +40,11 @@ func TestPreflightEmulation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, store, j, _ := planNodeEdit(t, "default-vip", func(st *nodestate.NodeState) {
-				st.SetExtraArg(nodestate.KubeAPIServer, versions.FlagEmulatedVersion, tc.emulated)
+				for _, c := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+					if tc.only == "" || tc.only == c {
+						st.SetExtraArg(c, versions.FlagEmulatedVersion, tc.emulated)
+					}
+				}
 			})
 			before := snapshotFiles(t, store.Dir())
 			opts := UpgradeOptions{IgnorePreflight: tc.ignore}

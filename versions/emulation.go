@@ -43,11 +43,17 @@ const (
 	// policy to the emulated version, and the policy does not let kubelet
 	// be newer than kube-apiserver.
 	CheckEmulationKubeletSkew = "EmulationKubeletSkew"
+	// CheckEmulationComponentSkew: kube-controller-manager or
+	// kube-scheduler would be newer than kube-apiserver, or more than one
+	// minor older, by the versions they emulate (a binary without
+	// --emulated-version counts at its own minor): KEP-4330 applies the
+	// version skew policy to the emulated versions.
+	CheckEmulationComponentSkew = "EmulationComponentSkew"
 )
 
 // EmulationChecks are the emulation checks, in the order their findings
 // are reported.
-var EmulationChecks = []string{CheckEmulatedVersionRange, CheckEmulationFeatureGates, CheckEmulationAlphaGates, CheckEmulationKubeletSkew}
+var EmulationChecks = []string{CheckEmulatedVersionRange, CheckEmulationFeatureGates, CheckEmulationAlphaGates, CheckEmulationComponentSkew, CheckEmulationKubeletSkew}
 
 // EmulationRule is what a Kubernetes component's binary of one minor
 // accepts of the compatibility-version flags.
@@ -231,4 +237,54 @@ func CheckEmulationKubelet(binary *version.Version, args map[string]nodestate.Ar
 	return []Finding{{Check: CheckEmulationKubeletSkew, Component: nodestate.KubeAPIServer, Message: fmt.Sprintf(
 		"kubelet %s is newer than the version kube-apiserver %s emulates, %s: the version skew policy, which KEP-4330 applies to the emulated version, does not let kubelet be newer than kube-apiserver; keep --%s at kube=%s or later, or take the two-step upgrade's finishing step first",
 		kv(kl), kv(binary), MinorOf(emulated), FlagEmulatedVersion, MinorOf(kl))}}
+}
+
+// CheckEmulationSkew is the EmulationComponentSkew check of a node's
+// Kubernetes components, by component: binaries (their versions) and args
+// (their final flag sets). Each counts at the version it emulates, or its
+// binary's minor without one; kube-controller-manager and kube-scheduler
+// must be at kube-apiserver's or one minor older. Nil when none emulates
+// (ComponentSkew checks the binaries) or kube-apiserver is not known.
+func CheckEmulationSkew(binaries map[string]*version.Version, args map[string]map[string]nodestate.ArgValues) []Finding {
+	effective := map[string]*version.Version{}
+	emulating := false
+	for c, v := range binaries {
+		if v == nil {
+			continue
+		}
+		effective[c] = version.MajorMinor(v.Major(), v.Minor())
+		if e := EmulatedVersion(args[c]); e != nil {
+			effective[c], emulating = e, true
+		}
+	}
+	api, ok := effective[nodestate.KubeAPIServer]
+	if !emulating || !ok {
+		return nil
+	}
+	at := func(c string) string {
+		if e := EmulatedVersion(args[c]); e != nil {
+			return fmt.Sprintf("emulating %s", MinorOf(e))
+		}
+		return fmt.Sprintf("at %s (no --%s)", MinorOf(effective[c]), FlagEmulatedVersion)
+	}
+	var out []Finding
+	for _, c := range kubernetesComponents[1:] {
+		v, ok := effective[c]
+		if !ok {
+			continue
+		}
+		var how string
+		switch {
+		case v.Major() != api.Major() || v.Minor() > api.Minor():
+			how = "newer than"
+		case v.Minor()+1 < api.Minor():
+			how = "more than one minor older than"
+		default:
+			continue
+		}
+		out = append(out, Finding{Check: CheckEmulationComponentSkew, Component: c, Message: fmt.Sprintf(
+			"%s %s %s would be %s kube-apiserver %s %s: KEP-4330 applies the version skew policy to the emulated versions, which allows %s at kube-apiserver's or one minor older; set --%s=kube=%s on %s too",
+			c, kv(binaries[c]), at(c), how, kv(binaries[nodestate.KubeAPIServer]), at(nodestate.KubeAPIServer), c, FlagEmulatedVersion, MinorOf(api), c)})
+	}
+	return out
 }

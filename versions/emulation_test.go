@@ -182,3 +182,52 @@ func TestCheckEmulationKubelet(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckEmulationSkew pins the skew policy on emulated versions: the
+// two-step binary step emulates the old minor on all three components; on
+// kube-apiserver alone it leaves the others newer.
+func TestCheckEmulationSkew(t *testing.T) {
+	v137 := version.MustParseGeneric("1.37.2")
+	all := map[string]*version.Version{nodestate.KubeAPIServer: v137, nodestate.ControllerManager: v137, nodestate.Scheduler: v137}
+	emu := func(comps ...string) map[string]map[string]nodestate.ArgValues {
+		m := map[string]map[string]nodestate.ArgValues{}
+		for _, c := range comps {
+			m[c] = args("emulated-version", "kube=1.36")
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		bins map[string]*version.Version
+		args map[string]map[string]nodestate.ArgValues
+		want []string // components with a finding
+	}{
+		{"none emulates", all, emu(), nil},
+		{"all three emulate 1.36", all, emu(nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler), nil},
+		{"kube-apiserver alone", all, emu(nodestate.KubeAPIServer), []string{nodestate.ControllerManager, nodestate.Scheduler}},
+		{"scheduler left out", all, emu(nodestate.KubeAPIServer, nodestate.ControllerManager), []string{nodestate.Scheduler}},
+		{"others emulate, kube-apiserver does not", all, emu(nodestate.ControllerManager, nodestate.Scheduler), nil},
+		{"1.36 binaries beside kube-apiserver emulating 1.36", map[string]*version.Version{nodestate.KubeAPIServer: v137,
+			nodestate.ControllerManager: version.MustParseGeneric("1.36.3"), nodestate.Scheduler: version.MustParseGeneric("1.36.3")}, emu(nodestate.KubeAPIServer), nil},
+	} {
+		got := CheckEmulationSkew(tc.bins, tc.args)
+		var comps []string
+		for _, f := range got {
+			if f.Check != CheckEmulationComponentSkew || f.Unsupported {
+				t.Errorf("%s: %v", tc.name, f)
+			}
+			comps = append(comps, f.Component)
+		}
+		slices.Sort(comps)
+		if !slices.Equal(comps, tc.want) {
+			t.Errorf("%s: findings for %v, want %v: %v", tc.name, comps, tc.want, got)
+		}
+	}
+	far := emu(nodestate.KubeAPIServer)
+	far[nodestate.KubeAPIServer] = args("emulated-version", "kube=1.37")
+	far[nodestate.Scheduler] = args("emulated-version", "kube=1.35")
+	got := CheckEmulationSkew(all, far)
+	if len(got) != 1 || got[0].Component != nodestate.Scheduler || !strings.Contains(got[0].Message, "more than one minor older") {
+		t.Errorf("scheduler emulating 1.35 beside kube-apiserver at 1.37: %v", got)
+	}
+}
