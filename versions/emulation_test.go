@@ -154,6 +154,12 @@ var emulationCases = []emulationCase{
 	{name: "beta now, alpha at the emulated minor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "feature-gates", "NativeHistograms=true"}, want: []string{"EmulationAlphaGates"}, warn: alphaWarning},
 	{name: "beta at the emulated minor", binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "feature-gates", "ConstrainedImpersonation=true"}},
 	{name: "alpha two minors back", binary: "1.37.2", args: []string{"emulated-version", "kube=1.35", "feature-gates", "ConstrainedImpersonation=true"}, want: []string{"EmulationAlphaGates"}, warn: alphaWarning},
+	{name: "1.36 gate not there at 1.35", binary: "1.36.3", args: []string{"emulated-version", "kube=1.35", "feature-gates", "DRAListTypeAttributes=true"}, want: []string{"EmulationFeatureGates!"},
+		refuse: "cannot set feature gate DRAListTypeAttributes to true, feature is PreAlpha at emulated version 1.35"},
+	{name: "1.36 beta, alpha at 1.35", binary: "1.36.3", args: []string{"emulated-version", "kube=1.35", "feature-gates", "ConstrainedImpersonation=true"}, want: []string{"EmulationAlphaGates"}, warn: alphaWarning},
+	{name: "1.36 alpha at 1.35, off", binary: "1.36.3", args: []string{"emulated-version", "kube=1.35", "feature-gates", "ConstrainedImpersonation=false"}},
+	{name: "controller-manager gate not there yet", comp: nodestate.ControllerManager, binary: "1.36.3", args: []string{"emulated-version", "kube=1.35", "feature-gates", "CRIListStreaming=true"}, want: []string{"EmulationFeatureGates!"},
+		refuse: "cannot set feature gate CRIListStreaming to true, feature is PreAlpha at emulated version 1.35"},
 	{name: "controller-manager below floor", comp: nodestate.ControllerManager, binary: "1.37.2", args: []string{"emulated-version", "kube=1.33"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.33 is not between [1.34, 1.37.0]"},
 	{name: "scheduler above binary", comp: nodestate.Scheduler, binary: "1.36.3", args: []string{"emulated-version", "kube=1.37"}, want: []string{"EmulatedVersionRange!"}, refuse: "emulation version 1.37 is not between [1.33, 1.36.0]"},
 	{name: "scheduler all alpha", comp: nodestate.Scheduler, binary: "1.37.2", args: []string{"emulated-version", "kube=1.36", "feature-gates", "AllAlpha=true"}, want: []string{"EmulationAlphaGates"}, warn: "alpha features enabled in emulated version, this is unsupported"},
@@ -229,5 +235,33 @@ func TestCheckEmulationSkew(t *testing.T) {
 	got := CheckEmulationSkew(all, far)
 	if len(got) != 1 || got[0].Component != nodestate.Scheduler || !strings.Contains(got[0].Message, "more than one minor older") {
 		t.Errorf("scheduler emulating 1.35 beside kube-apiserver at 1.37: %v", got)
+	}
+}
+
+// TestFeatureTables pins that each minor the test bed runs has its
+// feature-gate table (without one only AllAlpha is checked), whole and of
+// its version.
+func TestFeatureTables(t *testing.T) {
+	for _, minor := range []string{"1.36", "1.37"} {
+		b, err := featureFS.ReadFile("features/kube-" + minor + ".txt")
+		if err != nil {
+			t.Errorf("%s: no table: %v", minor, err)
+			continue
+		}
+		header, _, _ := strings.Cut(string(b), "\n")
+		if !strings.Contains(header, "v"+minor+".") {
+			t.Errorf("kube-%s.txt: header %q names another version", minor, header)
+		}
+		tab := gatesOf(version.MustParseGeneric(minor + ".0"))
+		if len(tab) < 100 || stageAt(tab["AllAlpha"], version.MustParseGeneric(minor), nil) != "ALPHA" {
+			t.Errorf("kube-%s.txt: %d gates, AllAlpha %v", minor, len(tab), tab["AllAlpha"])
+		}
+		for name, stages := range tab {
+			for _, s := range stages {
+				if !slices.Contains([]string{"ALPHA", "BETA", "GA", "DEPRECATED"}, s.stage) {
+					t.Errorf("kube-%s.txt: %s has stage %q", minor, name, s.stage)
+				}
+			}
+		}
 	}
 }
