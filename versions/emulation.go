@@ -104,9 +104,9 @@ var forwardCompatibleFlags = map[string]string{
 	"runtime-config-emulation-forward-compatible": "RuntimeConfigEmulationForwardCompatible",
 }
 
-// EmulatedVersion is the version component emulates by args (its final
-// flag set): nil when it sets no --emulated-version, or sets one the
-// binary would refuse (CheckEmulation says why).
+// EmulatedVersion is the version a component emulates by args (its final
+// flag set): nil when it sets no --emulated-version or one that does not
+// parse (CheckEmulation says why). The range is not checked here.
 func EmulatedVersion(args map[string]nodestate.ArgValues) *version.Version {
 	m, err := versionFlag(args[FlagEmulatedVersion])
 	if err != nil {
