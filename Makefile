@@ -168,13 +168,13 @@ real-binaries: ## build every real etcd and Kubernetes control plane (kube-apise
 # REAL=1.
 REAL_TESTS := TestReal|TestDemoReal
 test-real: real-binaries ## the real control plane (kube-apiserver, -controller-manager, -scheduler 1.36 and 1.37; etcd 3.5-3.7) from the rendered manifests: starts, upgrades, the etcd chain, a rollback, the real demo, the Events and kubeadm-config an upgrade through the command leaves in the API server; the kubeadm fixtures are still kubeadm's output
-	STRATUM_REAL=1 $(GO) test -p 1 -count=1 -timeout 40m -run '^($(REAL_TESTS))' ./engine ./cmd/stratum-upgrade ./internal/harness/testbed ./internal/harness/kubeadmgen ./internal/harness/cmd/demo
+	STRATUM_REAL=1 $(GO) test -p 1 -count=1 -timeout 40m -run '^($(REAL_TESTS))' ./versions ./engine ./cmd/stratum-upgrade ./internal/harness/testbed ./internal/harness/kubeadmgen ./internal/harness/cmd/demo
 
 # The Kubernetes tables come from each version's flagdump (its tool
 # module's flagdump/, built into the cache beside the binaries): the whole
 # flag set, hidden and deprecated flags included, which --help leaves out
 # though the binaries accept them. etcd's come from its --help.
-flag-tables: ## regenerate versions/flags/<component>-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
+flag-tables: ## regenerate versions/flags/<component>-<minor>.txt and versions/features/kube-<minor>.txt: Kubernetes from each version's flagdump (whole flag sets, built beside the binaries: seconds after make real-binaries), etcd from the cached binaries' --help
 	$(GO) run ./internal/harness/cmd/flagtable -out versions/flags
 
 # The fixtures of the kubeadm adoption tests (issues 15 and 28): for each

@@ -47,7 +47,7 @@ const IgnoreAll = "all"
 // PreflightChecks is the name of every pre-flight check, in the order
 // their failures are reported.
 func PreflightChecks() []string {
-	return append(slices.Clone(versions.PathChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet, CheckEtcdMemberSkew, CheckAPIServerSkew)
+	return append(slices.Concat(versions.PathChecks, versions.EmulationChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet, CheckEtcdMemberSkew, CheckAPIServerSkew)
 }
 
 // CheckIgnore validates the names of checks to ignore: each a known check

@@ -136,7 +136,9 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 		}
 		findings = append(findings, pf.etcdWAL(st, to)...)
 	}
-	findings = append(findings, staticPodFindings(plan, pf.kubelet.version(ctx), to.KubernetesVersion)...)
+	live := pf.kubelet.version(ctx)
+	findings = append(findings, emulationFindings(target, to, live)...)
+	findings = append(findings, staticPodFindings(plan, live, to.KubernetesVersion)...)
 	if plan.Ignored, err = pf.settle(findings); err != nil {
 		return nil, err
 	}

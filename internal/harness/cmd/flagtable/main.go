@@ -91,6 +91,7 @@ func (d dumpFlag) Set(s string) error {
 
 func main() {
 	out := flag.String("out", "versions/flags", "directory of the tables")
+	featuresOut := flag.String("features", "versions/features", "directory of the feature-gate tables of the kubebuild versions (with -cached)")
 	var extra sourceList
 	flag.Var(binFlag{&extra}, "bin", "component:minor=path of a further binary, read with --help (repeatable)")
 	flag.Var(dumpFlag{&extra}, "dump", "minor=path of a further flagdump, for the Kubernetes components (repeatable)")
@@ -122,6 +123,20 @@ func main() {
 			fail(err)
 		}
 		fmt.Printf("%s: %d flags (%s)\n", name, len(t.flags), t.version)
+	}
+	if *builtOnly {
+		if err := os.MkdirAll(*featuresOut, 0o755); err != nil {
+			fail(err)
+		}
+		for _, v := range kubebuild.Versions {
+			dump, err := flagdump(v)
+			if err != nil {
+				fail(err)
+			}
+			if err := writeFeatures(*featuresOut, v, kubebuild.Minor(v), dump); err != nil {
+				fail(err)
+			}
+		}
 	}
 }
 

@@ -8,6 +8,7 @@
 //
 //	flagdump --version                   Kubernetes vX.Y.Z of this module (from -ldflags, as the binaries)
 //	flagdump [-annotate] kube-apiserver  one flag per line, sorted; -annotate adds why --help hides it
+//	flagdump -features                   every feature gate with its lifecycle (features.go)
 package main
 
 import (
@@ -40,13 +41,19 @@ func main() {
 		fmt.Println("Kubernetes " + version.Get().GitVersion)
 		return
 	}
+	if len(args) == 1 && args[0] == "-features" {
+		for _, line := range featureLines() {
+			fmt.Println(line)
+		}
+		return
+	}
 	annotate := len(args) == 2 && args[0] == "-annotate"
 	if annotate {
 		args = args[1:]
 	}
 	newCmd, ok := commands[firstOr(args)]
 	if len(args) != 1 || !ok {
-		fmt.Fprintln(os.Stderr, "usage: flagdump --version | flagdump [-annotate] kube-apiserver|kube-controller-manager|kube-scheduler")
+		fmt.Fprintln(os.Stderr, "usage: flagdump --version | flagdump -features | flagdump [-annotate] kube-apiserver|kube-controller-manager|kube-scheduler")
 		os.Exit(2)
 	}
 	for _, line := range flags(newCmd(), annotate) {
