@@ -103,10 +103,13 @@ func (h *Host) KillKubelet() error {
 
 // PodStatus is one pod as kubelet's read-only /pods endpoint reports it.
 type PodStatus struct {
-	Name       string
-	UID        string
-	Phase      string
-	Containers []ContainerStatus
+	Name  string
+	UID   string
+	Phase string
+	// Reason and Message say why kubelet rejected a pod it never ran
+	// (Reason "NodePorts" for a host port another pod holds).
+	Reason, Message string
+	Containers      []ContainerStatus
 }
 
 // ContainerStatus is one container of a PodStatus.
@@ -137,6 +140,8 @@ func (h *Host) Pods(ctx context.Context) ([]PodStatus, error) {
 			} `json:"metadata"`
 			Status struct {
 				Phase             string `json:"phase"`
+				Reason            string `json:"reason"`
+				Message           string `json:"message"`
 				ContainerStatuses []struct {
 					Name         string `json:"name"`
 					Image        string `json:"image"`
@@ -154,7 +159,7 @@ func (h *Host) Pods(ctx context.Context) ([]PodStatus, error) {
 	}
 	var out []PodStatus
 	for _, it := range list.Items {
-		p := PodStatus{Name: it.Metadata.Name, UID: it.Metadata.UID, Phase: it.Status.Phase}
+		p := PodStatus{Name: it.Metadata.Name, UID: it.Metadata.UID, Phase: it.Status.Phase, Reason: it.Status.Reason, Message: it.Status.Message}
 		for _, c := range it.Status.ContainerStatuses {
 			p.Containers = append(p.Containers, ContainerStatus{Name: c.Name, Image: c.Image, Ready: c.Ready, RestartCount: c.RestartCount, Running: c.State.Running != nil})
 		}

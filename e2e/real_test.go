@@ -134,6 +134,8 @@ func realScenarios(t *testing.T, h *Host, rep *kubeletRuns) {
 			t.Errorf("etcd serves %s after the rollback, want 3.6", v)
 		}
 	})
+
+	surgeScenarios(t, h, rep, imported)
 }
 
 // realRelease writes the release moving every component of a real node to
