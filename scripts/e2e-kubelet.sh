@@ -57,6 +57,7 @@ if ! STRATUM_E2E=1 go test -count=1 -v -timeout 60m -run "$tests" ./e2e/ 2>&1 | 
 	# container logs the tests print after it: repeat each failed test's
 	# lines last, without those logs, so the tail of CI's output says why.
 	echo
+	grep -oE '(surge|stop-then-start|surge rollback): requests failed .*|surge memory: control plane .*' "$log" | awk '!seen[$0]++' || true
 	echo "e2e-kubelet: FAILED; each failed test's own lines (full log: $log):"
 	for t in $(sed -n 's/^ *--- FAIL: \([^ ]*\) .*/\1/p' "$log"); do
 		echo "=== $t"
@@ -67,5 +68,10 @@ if ! STRATUM_E2E=1 go test -count=1 -v -timeout 60m -run "$tests" ./e2e/ 2>&1 | 
 		' "$log" | tail -60
 	done
 	exit 1
+fi
+if [ "$mode" = e2e ]; then
+	# Issue 41's figure lines (e2e/surge_test.go), side by side, last.
+	echo "e2e-kubelet: surge figures (load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; full log: $log)"
+	grep -oE '(surge|stop-then-start|surge rollback): requests failed .*|surge memory: control plane .*' "$log" | awk '!seen[$0]++' || echo "e2e-kubelet: no surge figure line"
 fi
 echo "e2e-kubelet ($mode): passed in $(( $(date +%s) - start ))s"
