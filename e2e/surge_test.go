@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ciq/stratum-upgrade/engine"
+	"github.com/ciq/stratum-upgrade/kubeletpod"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 )
@@ -322,9 +323,28 @@ func checkHostPortRejected(t *testing.T, h *Host, comp string) {
 	if len(pod.Spec.Containers) == 0 || len(pod.Spec.Containers[0].Ports) == 0 {
 		t.Fatalf("%s's canonical manifest declares no port: nothing for a second pod to conflict with", comp)
 	}
+	// The rule the stand-ins apply (kubeletpod.PortConflicts) must say
+	// what the real kubelet does: the surge copy of this manifest (which
+	// it ran beside the canonical pod) conflicts with nothing, the copy
+	// that keeps the ports conflicts.
+	sb, err := manifest.SurgeBytes(comp, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := manifest.DecodePod(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := kubeletpod.PortConflicts(&pod, sp); p != nil {
+		t.Errorf("kubeletpod.PortConflicts finds %v between %s's pod and its surge copy, which the real kubelet ran side by side", p, comp)
+	}
 	name := comp + "-hostport"
-	pod.Name = name
-	out, err := yaml.Marshal(&pod)
+	dup := pod.DeepCopy()
+	dup.Name = name
+	if kubeletpod.PortConflicts(&pod, dup) == nil {
+		t.Errorf("kubeletpod.PortConflicts finds no conflict between %s's pod and a copy declaring its ports", comp)
+	}
+	out, err := yaml.Marshal(dup)
 	if err != nil {
 		t.Fatal(err)
 	}
