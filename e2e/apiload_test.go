@@ -194,18 +194,6 @@ func (f loadFigures) failureRuns() []string {
 	return out
 }
 
-// failedIn counts the failures of requests sent in [from, to), times from
-// the load's start.
-func (f loadFigures) failedIn(from, to time.Duration) int {
-	n := 0
-	for _, x := range f.Failures {
-		if x.at >= from && x.at < to {
-			n++
-		}
-	}
-	return n
-}
-
 // finish stops the load, waits for the requests in flight and returns its
 // figures.
 func (l *apiLoad) finish() loadFigures {
