@@ -165,18 +165,22 @@ func TestRealKubeAPI(t *testing.T) {
 	}
 
 	// 4. A rollback: its Events and the annotations. The new scheduler
-	// refuses a feature gate it does not know and exits.
-	bad := n.State.Clone()
-	bad.KubernetesVersion = to
-	for _, comp := range kubebuild.Components {
-		bad.Images[comp] = testbed.Repos[comp] + ":" + to
+	// refuses a feature gate it does not know and exits. The bad state is
+	// the committed one (its images and the --permit-port-sharing the
+	// upgrade added) with that one flag more, so only the scheduler changes.
+	bad := journalState(t, c)
+	if bad.KubernetesVersion != to {
+		t.Fatalf("the committed node state is %s, want %s", bad.KubernetesVersion, to)
 	}
 	bad.SetExtraArg(nodestate.Scheduler, "feature-gates", "NoSuchGate=true")
 	badFile := filepath.Join(n.Root, "bad-state.yaml")
 	if err := bad.Save(badFile); err != nil {
 		t.Fatal(err)
 	}
-	c.want(cli.ExitRolledBack, "apply", "--state="+badFile, "--replace-timeout=60s", "--active-timeout=20s")
+	// --no-surge: the scheduler's manifest is replaced, so its restore has
+	// an Event (a surge copy that fails is removed; the manifest never
+	// changed and nothing is restored).
+	c.want(cli.ExitRolledBack, "apply", "--state="+badFile, "--no-surge", "--replace-timeout=60s", "--active-timeout=20s")
 	txn2 := lastTxn(t, c)
 	checkEvents(t, cs, n.State.NodeName, txn2, []string{"TransactionBegan", "RollingBack", "ComponentRestored:" + nodestate.Scheduler, "TransactionRolledBack"})
 	checkAnnotations(t, cs, n.State.NodeName, txn2, "rolled-back", to)
