@@ -30,12 +30,15 @@ import (
 // surged are the components a surge replaces.
 var surged = []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler}
 
-// sharePorts starts the node's three surgeable components with
-// --permit-port-sharing=true, as a node upgraded once by stratum runs them.
-func sharePorts(st *nodestate.NodeState) {
+// upgradedOnce starts the node as one that stratum has upgraded once runs
+// (engine.Release.Apply): the three surgeable components with
+// --permit-port-sharing=true and etcd with a 2 s stop grace.
+func upgradedOnce(st *nodestate.NodeState) {
 	for _, c := range surged {
 		st.SetExtraArg(c, "permit-port-sharing", "true")
 	}
+	grace := int64(2)
+	st.Etcd.TerminationGracePeriodSeconds = &grace
 }
 
 // surgeScenarios runs the surge scenarios and logs their figure lines
@@ -53,7 +56,7 @@ func surgeScenarios(t *testing.T, h *Host, rep *kubeletRuns, imported func(*test
 
 	upgrade := func(t *testing.T, surge bool) {
 		imported(t)
-		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true, mutate: sharePorts})
+		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true, mutate: upgradedOnce})
 		api := n.apiClient(t)
 		api.checkVersion(t, realFrom)
 		rel := n.realRelease(t)
@@ -101,7 +104,7 @@ func surgeScenarios(t *testing.T, h *Host, rep *kubeletRuns, imported func(*test
 	t.Run("real-surge-rollback", func(t *testing.T) {
 		imported(t)
 		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true, mutate: func(st *nodestate.NodeState) {
-			sharePorts(st)
+			upgradedOnce(st)
 			st.ExtraArgs[nodestate.KubeAPIServer]["feature-gates"] = nodestate.ArgValues{removedGate + "=true"}
 		}})
 		api := n.apiClient(t)

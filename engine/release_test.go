@@ -289,3 +289,80 @@ func TestReleaseVersions(t *testing.T) {
 		t.Errorf("a version without its image: %v", err)
 	}
 }
+
+// TestReleaseApplyPreparesTheNextReplacement pins what run --to adds for
+// the replacement after this one: --permit-port-sharing=true on a
+// surgeable component whose image changes, and a 2 s stop grace on an
+// etcd whose image changes (rendered as the pod's
+// terminationGracePeriodSeconds); an operator's own value of either
+// stands, and a component the release leaves alone gets neither.
+func TestReleaseApplyPreparesTheNextReplacement(t *testing.T) {
+	st, err := nodestate.Load(filepath.Join("..", "testdata", "states", "default.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := func(comps ...string) *Release {
+		t.Helper()
+		b := "apiVersion: stratum.ciq.com/v1\nkind: Release\nkubernetesVersion: v1.34.5\nimages:\n"
+		for _, c := range comps {
+			tag := "v1.34.5"
+			if c == nodestate.Etcd {
+				tag = "3.6.16-0"
+			}
+			b += "  " + c + ": registry.k8s.io/" + c + ":" + tag + "\n"
+		}
+		r, err := ParseRelease([]byte(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	grace := func(st *nodestate.NodeState) *int64 {
+		t.Helper()
+		pod, err := manifest.Render(st, manifest.Profile{}, nodestate.Etcd, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod.Spec.TerminationGracePeriodSeconds
+	}
+	if g := grace(st); g != nil {
+		t.Fatalf("before any upgrade etcd's pod has grace %d, want none (kubeadm's)", *g)
+	}
+
+	to, err := release(nodestate.Etcd, nodestate.KubeAPIServer).Apply(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := grace(to); g == nil || *g != 2 {
+		t.Errorf("etcd's image changed: its pod's grace is %v, want 2", g)
+	}
+	if v := to.ExtraArgs[nodestate.KubeAPIServer][manifest.PortSharingFlag]; len(v) != 1 || v[0] != "true" {
+		t.Errorf("kube-apiserver's image changed: %s is %v, want true", manifest.PortSharingFlag, v)
+	}
+	if v, set := to.ExtraArgs[nodestate.Scheduler][manifest.PortSharingFlag]; set {
+		t.Errorf("kube-scheduler's image is unchanged, yet %s is %v", manifest.PortSharingFlag, v)
+	}
+
+	to, err = release(nodestate.KubeAPIServer).Apply(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := grace(to); g != nil {
+		t.Errorf("etcd's image is unchanged, yet its pod's grace is %d", *g)
+	}
+
+	own := st.Clone()
+	ten := int64(10)
+	own.Etcd.TerminationGracePeriodSeconds = &ten
+	own.SetExtraArg(nodestate.KubeAPIServer, manifest.PortSharingFlag, "false")
+	to, err = release(nodestate.Etcd, nodestate.KubeAPIServer).Apply(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := grace(to); g == nil || *g != 10 {
+		t.Errorf("the operator's grace 10 became %v", g)
+	}
+	if v := to.ExtraArgs[nodestate.KubeAPIServer][manifest.PortSharingFlag]; len(v) != 1 || v[0] != "false" {
+		t.Errorf("the operator's %s=false became %v", manifest.PortSharingFlag, v)
+	}
+}

@@ -120,6 +120,10 @@ func etcdPod(st *nodestate.NodeState, rc resolve.Component) *corev1.Pod {
 	m := pod.Spec.Containers[0].VolumeMounts
 	m[0], m[1] = m[1], m[0]
 	pod.Annotations = map[string]string{EtcdAdvertiseClientURLsAnnotation: etcdClientURL(st)}
+	if g := st.Etcd.TerminationGracePeriodSeconds; g != nil {
+		v := *g
+		pod.Spec.TerminationGracePeriodSeconds = &v
+	}
 	return pod
 }
 

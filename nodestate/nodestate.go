@@ -179,6 +179,16 @@ type EtcdMember struct {
 	// pod. On a single-member cluster, the rollback of an etcd upgrade
 	// restores it from the etcd snapshot taken before the upgrade.
 	DataDir string `json:"dataDir"`
+	// TerminationGracePeriodSeconds, when set, is the etcd pod's
+	// terminationGracePeriodSeconds: how long kubelet waits between SIGTERM
+	// and SIGKILL when the pod is removed. Unset, the pod carries none, as
+	// kubeadm's does (kubelet's default, 30 s). etcd closes its client
+	// server first and waits for open watches up to its request timeout
+	// (7 s at kubeadm's flags) before it stops; a kill is a crash etcd
+	// recovers from without losing an acknowledged write (every entry is
+	// fsynced to the WAL before it is acknowledged). run --to sets 2 (see
+	// engine.Release.Apply). Kubelet never waits less than 2 s.
+	TerminationGracePeriodSeconds *int64 `json:"terminationGracePeriodSeconds,omitempty"`
 }
 
 // VIP is the virtual IP kube-vip announces for the apiserver.

@@ -58,6 +58,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"extra args for unknown", valid + "extraArgs:\n  kube-proxy:\n    v: \"2\"\n", "extraArgs.kube-proxy"},
 		{"extra arg moving etcd's data dir", valid + "extraArgs:\n  etcd:\n    data-dir: /mnt/etcd\n", "extraArgs.etcd.data-dir: set by the node state's etcd.dataDir"},
 		{"initial cluster without this member", strings.Replace(valid, "  dataDir: /var/lib/etcd", "  dataDir: /var/lib/etcd\n  initialCluster: cp-2=https://10.0.0.12:2380", 1), `etcd.initialCluster: does not list this member "cp-1"`},
+		{"etcd grace 0", strings.Replace(valid, "  dataDir: /var/lib/etcd", "  dataDir: /var/lib/etcd\n  terminationGracePeriodSeconds: 0", 1), "etcd.terminationGracePeriodSeconds: must be between 1 and 300"},
+		{"etcd grace too long", strings.Replace(valid, "  dataDir: /var/lib/etcd", "  dataDir: /var/lib/etcd\n  terminationGracePeriodSeconds: 301", 1), "etcd.terminationGracePeriodSeconds: must be between 1 and 300"},
 		{"wrong kind", strings.Replace(valid, "kind: NodeState", "kind: Pod", 1), "kind: must be"},
 	}
 	for _, c := range cases {

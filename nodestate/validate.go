@@ -137,6 +137,11 @@ func (st *NodeState) ValidateWith(rule Rule) error {
 		}
 	}
 	absPath("etcd.dataDir", st.Etcd.DataDir)
+	if g := st.Etcd.TerminationGracePeriodSeconds; g != nil && (*g < 1 || *g > 300) {
+		// 0 would ask kubelet for no SIGTERM at all; etcd's shutdown is
+		// owed its signal. Past 300 s a stop waits longer than any deadline.
+		bad("etcd.terminationGracePeriodSeconds", "must be between 1 and 300 seconds, got %d", *g)
+	}
 	absPath("pkiDir", st.PKIDir)
 	absPath("kubeconfigDir", st.KubeconfigDir)
 	absPath("configDir", st.ConfigDir)

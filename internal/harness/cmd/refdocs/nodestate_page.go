@@ -99,7 +99,10 @@ manifests are rendered (by ` + "`init`" + ` before anything is stored, and by
 			Values: "`new` or `existing` (etcd's --initial-cluster-state: `existing` for a member " +
 				"that joined a running cluster)"},
 		"etcd.dataDir": {Required: "no", Default: "`" + nodestate.DefaultEtcdDataDir + "`", Values: absPath},
-		"vip":          {Required: "no", Default: "none: the node runs no kube-vip, and `images` has no `kube-vip` entry"},
+		"etcd.terminationGracePeriodSeconds": {Required: "no",
+			Default: "none: the etcd pod carries none, as kubeadm's (kubelet waits 30 s); `run --to` sets 2 when it changes etcd's image",
+			Values:  "whole seconds from 1 to 300; kubelet never waits less than 2"},
+		"vip": {Required: "no", Default: "none: the node runs no kube-vip, and `images` has no `kube-vip` entry"},
 		"vip.address": {Required: "when `vip` is set", Default: "none",
 			Values: "an IPv4 or IPv6 address other than `advertiseAddress`"},
 		"vip.interface": {Required: "when `vip` is set", Default: "none",
