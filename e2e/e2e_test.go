@@ -245,8 +245,10 @@ type runTimes struct {
 // process gone and kubelet's release of the pod's name awaited), then
 // manifest written -> a new process running (replaced) -> the new one
 // answering (active). Total is write -> active; Downtime is stop ->
-// active, how long the component was down. A step that failed has Failed
-// set and Active is how long it waited.
+// active, how long the component was down; a step that surged (Surged:
+// surge copy written -> its pod answered, before the write) was never
+// down, since the old instance served until the copy answered. A step
+// that failed has Failed set and Active is how long it waited.
 type stepTimes struct {
 	Phase     string  `json:"phase"`
 	Component string  `json:"component"`
@@ -255,6 +257,7 @@ type stepTimes struct {
 	Active    float64 `json:"activeSeconds"`
 	Total     float64 `json:"totalSeconds"`
 	Downtime  float64 `json:"downtimeSeconds"`
+	Surged    float64 `json:"surgedSeconds,omitempty"`
 	Failed    bool    `json:"failed,omitempty"`
 }
 
@@ -264,7 +267,7 @@ func (kr *kubeletRuns) add(t *testing.T, what string, r runResult) {
 		rt.Outcome, _ = r.final["outcome"].(string)
 	}
 	type key struct{ phase, comp string }
-	write, replaced, stop := map[key]time.Time{}, map[key]time.Time{}, map[key]time.Time{}
+	write, replaced, stop, surge := map[key]time.Time{}, map[key]time.Time{}, map[key]time.Time{}, map[key]time.Time{}
 	at := map[string]time.Time{}
 	var open *key
 	var lastVerify time.Time
@@ -284,6 +287,8 @@ func (kr *kubeletRuns) add(t *testing.T, what string, r runResult) {
 		switch ev.Step {
 		case "stop":
 			stop[k] = ev.Time
+		case "surge-write":
+			surge[k] = ev.Time
 		case "write":
 			if _, ok := rt.Spans["snapshot"]; !ok && ev.Phase != "rolling-back" {
 				if len(r.events) > 0 && r.events[0].Step == "begin" {
@@ -306,6 +311,9 @@ func (kr *kubeletRuns) add(t *testing.T, what string, r runResult) {
 			}
 			if rp, ok := replaced[k]; ok {
 				s.Replaced, s.Active = rp.Sub(w).Seconds(), ev.Time.Sub(rp).Seconds()
+			}
+			if sw, ok := surge[k]; ok && sw.Before(w) {
+				s.Surged, s.Downtime = w.Sub(sw).Seconds(), 0
 			}
 			rt.Steps = append(rt.Steps, s)
 			open = nil
@@ -343,6 +351,9 @@ func (kr *kubeletRuns) add(t *testing.T, what string, r runResult) {
 		fail := ""
 		if s.Failed {
 			fail = "  FAILED (gave up waiting for it to answer)"
+		}
+		if s.Surged > 0 {
+			fail += fmt.Sprintf("  surge: its copy answered %.2fs after its write, then the write", s.Surged)
 		}
 		fmt.Fprintf(&b, "\n  %-12s %-24s stop %6.2fs  replaced %6.2fs  active %6.2fs  step %6.2fs  down %6.2fs%s", s.Phase, s.Component, s.Stop, s.Replaced, s.Active, s.Total, s.Downtime, fail)
 	}
