@@ -875,18 +875,27 @@ func memCase(t *testing.T, n *memNode, sc memScenario, pt fault.Point, after fun
 // (etcd's downgrade first), and of a rollback --last that rolls back;
 // each as a crash of stratum-upgrade alone and as a reboot; on the
 // default node and on one with a VIP (kube-vip has no health endpoint).
+// The default node runs every case; the VIP node, which differs by kube-vip
+// alone, runs every case with STRATUM_MATRIX=full (make check) and else a
+// sample, one point of each phase (sample_test.go), to keep make test quick.
 func TestMemMatrix(t *testing.T) {
 	t.Parallel() // beside the other matrices: most of a case is waiting
 	start := time.Now()
 	var times caseTimes
 	// After every case: the subtests run in parallel.
 	t.Cleanup(func() { t.Logf("%s, in %s", &times, time.Since(start).Round(time.Millisecond)) })
+	s := newSampler("TestMemMatrix")
 	for _, node := range []string{"default", "vip"} {
 		t.Run(node, func(t *testing.T) {
 			t.Parallel()
 			vip := node == "vip"
 			st := newMemNodeVIP(t, vip).st
 			for _, sc := range memScenarios(st) {
+				if vip {
+					all := len(sc.points)
+					sc.points = s.points(node+"/"+sc.name, sc.points, sc.notOnPath)
+					s.logPicked(t, len(sc.points), all)
+				}
 				memMatrix(t, sc, vip, &times)
 			}
 		})

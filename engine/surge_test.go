@@ -77,6 +77,7 @@ func refusals(t *testing.T, addr string) (stop func() (refused, tries int64)) {
 // copy goes; kube-apiserver's port never refuses a connection, and the node
 // ends exactly as the render says, with no surge file left.
 func TestSurgeUpgradeOnTestBed(t *testing.T) {
+	t.Parallel()
 	f := portSharingNode(t)
 	tg, err := manifest.Target(f.node.State, nodestate.KubeAPIServer)
 	if err != nil {
@@ -123,6 +124,7 @@ func TestSurgeUpgradeOnTestBed(t *testing.T) {
 
 // --no-surge replaces every component stop-then-start and says why.
 func TestNoSurgeStopsThenStarts(t *testing.T) {
+	t.Parallel()
 	f := portSharingNode(t)
 	e, err := New(Config{Journal: f.j, Store: f.node.Store, Scanner: f.node.Scanner, Snapshots: f.snaps, Deadlines: testDeadlines, NoSurge: true, Events: func(ev Event) {
 		f.mu.Lock()
@@ -150,6 +152,7 @@ func TestNoSurgeStopsThenStarts(t *testing.T) {
 // was touched: the rollback removes the copy, and the old kube-scheduler,
 // never stopped, still runs the same process.
 func TestSurgeCopyFailsRollsBack(t *testing.T) {
+	t.Parallel()
 	f := portSharingNode(t)
 	tg, err := manifest.Target(f.node.State, nodestate.Scheduler)
 	if err != nil {
