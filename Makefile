@@ -62,7 +62,7 @@ dist-check: ## build this machine's .deb, install it with dpkg, check the binary
 SEED         := $(or $(STRATUM_SEED),$(shell date +%s%N))
 TEST_TIMEOUT ?= 30m
 PARALLEL     ?= 8
-test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full on the default node and a seeded sample of the others (the VIP node's included); ends with the slowest packages' times (about 7.5 minutes on 2 cores, warm caches)
+test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full on the default node and a seeded sample of the others (the VIP node's included); ends with the slowest packages' times (7m56s on 2 cores alone, warm caches)
 	$(GO) test -count=1 -run '^$$' ./... >/dev/null
 	$(GO) build -o $(BIN)/slowest ./internal/harness/cmd/slowest
 	@echo "make test: fault matrices $(if $(filter full,$(STRATUM_MATRIX)),in full,sampled with seed $(SEED) (replay: make test STRATUM_SEED=$(SEED); every case: make crash))"
