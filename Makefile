@@ -74,7 +74,7 @@ test: ## the quick answer: unit and package tests, test bed nodes, the in-memory
 # timing lines count from CHECK_START (.ci/run passes its own).
 CHECK_START := $(or $(CHECK_START),$(shell date +%s))
 CHECK_LABEL ?= check
-check: ## everything CI runs: lint, dist-check, make test with every fault matrix in full, fuzz, test-real, ha, real-cluster, e2e-kubelet (root; CI measured 52 minutes on a fresh 2-core machine with cold caches before real-cluster, which adds about 13)
+check: ## everything CI runs: lint, dist-check, make test with every fault matrix in full, fuzz, test-real, ha, real-cluster, e2e-kubelet (root; on a fresh 2-core machine with cold caches: about 30 minutes to the end of test-real as CI measured it, then ha 16, real-cluster about 13, e2e-kubelet 16)
 	$(MAKE) lint
 	$(MAKE) dist-check
 	$(MAKE) test STRATUM_MATRIX=full TEST_TIMEOUT=60m
