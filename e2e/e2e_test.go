@@ -348,14 +348,14 @@ func (kr *kubeletRuns) add(t *testing.T, what string, r runResult) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kubelet %s, %s: exit %d %s in %s", kr.kubelet, what, r.code, rt.Outcome, rt.Total)
 	for _, s := range rt.Steps {
-		fail := ""
+		note := ""
 		if s.Failed {
-			fail = "  FAILED (gave up waiting for it to answer)"
+			note = "  FAILED (gave up waiting for it to answer)"
 		}
 		if s.Surged > 0 {
-			fail += fmt.Sprintf("  surge: its copy answered %.2fs after its write, then the write", s.Surged)
+			note += fmt.Sprintf("  surge: its copy answered %.2fs after its write, then the write", s.Surged)
 		}
-		fmt.Fprintf(&b, "\n  %-12s %-24s stop %6.2fs  replaced %6.2fs  active %6.2fs  step %6.2fs  down %6.2fs%s", s.Phase, s.Component, s.Stop, s.Replaced, s.Active, s.Total, s.Downtime, fail)
+		fmt.Fprintf(&b, "\n  %-12s %-24s stop %6.2fs  replaced %6.2fs  active %6.2fs  step %6.2fs  down %6.2fs%s", s.Phase, s.Component, s.Stop, s.Replaced, s.Active, s.Total, s.Downtime, note)
 	}
 	for _, name := range []string{"snapshot", "etcd-backup", "soak-caught", "etcd-stop", "rollback", "verify"} {
 		if v, ok := rt.Spans[name]; ok {
