@@ -97,6 +97,9 @@ func (e *Engine) PlanWith(ctx context.Context, rel *Release, opts UpgradeOptions
 	if err != nil {
 		return nil, err
 	}
+	if opts.ran, err = e.ranStates(""); err != nil {
+		return nil, err
+	}
 	opts.log = e.log
 	if opts.Kubelet == nil {
 		opts.Kubelet = e.kubelet
@@ -130,6 +133,9 @@ func (e *Engine) RunWith(ctx context.Context, rel *Release, raw []byte, opts Upg
 func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts UpgradeOptions) (*Plan, error) {
 	st, err := e.j.NodeState()
 	if err != nil {
+		return nil, err
+	}
+	if opts.ran, err = e.ranStates(""); err != nil {
 		return nil, err
 	}
 	opts.log = e.log

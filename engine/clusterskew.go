@@ -68,7 +68,11 @@ func (e *Engine) clusterSkew(ctx context.Context, b *beginning) error {
 	if err != nil {
 		return err
 	}
-	_, err = preflight{ignore: b.ignore, subject: b.subject}.settle(append(etcd, api...))
+	finish, err := e.finishSkew(ctx, b.plan.From, b.plan.To)
+	if err != nil {
+		return err
+	}
+	_, err = preflight{ignore: b.ignore, subject: b.subject}.settle(slices.Concat(etcd, api, finish))
 	var pe *PreflightError
 	if errors.As(err, &pe) {
 		pe.Ignored = append(slices.Clone(b.plan.Ignored), pe.Ignored...)
@@ -117,24 +121,36 @@ func (e *Engine) apiServerSkew(ctx context.Context, st, to *nodestate.NodeState)
 	if !ok1 || !ok2 || versions.MinorOf(fv) == versions.MinorOf(tv) {
 		return nil, nil
 	}
-	move := fmt.Sprintf("kube-apiserver %s -> %s", versions.MinorOf(fv), versions.MinorOf(tv))
+	sk := skew{to: tv}
+	err := e.peerAPIServers(ctx, st, fmt.Sprintf("kube-apiserver %s -> %s", versions.MinorOf(fv), versions.MinorOf(tv)), sk.check, sk.unknown)
+	return sk.out, err
+}
+
+// peerAPIServers reads every other control-plane node's kube-apiserver
+// versions for move (what waits on them, for the errors) and hands each
+// node's to check with their source: the API server's (its mirror pod)
+// first, its record in the cluster second (check reports whether any
+// version was known). A node the API server lists and neither source
+// knows goes to unknown, as does an API server that lists none; one only
+// recorded and not known is warned of. A source that does not answer is
+// ErrInterrupted: the move waits.
+func (e *Engine) peerAPIServers(ctx context.Context, st *nodestate.NodeState, move string, check func(node string, vs []string, source string) bool, unknown func(what string)) error {
 	v, err := e.hold.View(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s waits: the other nodes' records cannot be read (%v); nothing was written, run it again once etcd answers", ErrInterrupted, move, err)
+		return fmt.Errorf("%w: %s waits: the other nodes' records cannot be read (%v); nothing was written, run it again once etcd answers", ErrInterrupted, move, err)
 	}
 	var live []LiveAPIServer
 	var liveErr error
 	if e.apiServers != nil {
 		live, liveErr = e.apiServers(ctx)
 		if errors.Is(liveErr, ErrAPIServerUnanswered) {
-			return nil, fmt.Errorf("%w: %s waits: the control-plane nodes' kube-apiserver versions cannot be read (%v); nothing was written, run it again once the API server answers", ErrInterrupted, move, liveErr)
+			return fmt.Errorf("%w: %s waits: the control-plane nodes' kube-apiserver versions cannot be read (%v); nothing was written, run it again once the API server answers", ErrInterrupted, move, liveErr)
 		}
 	}
 	records := map[string]cluster.Progress{}
 	for _, p := range v.Nodes {
 		records[p.Node] = p
 	}
-	sk := skew{to: tv}
 	seen := map[string]bool{st.NodeName: true}
 	for _, a := range live {
 		if a.Node == st.NodeName || (a.Address != "" && a.Address == st.AdvertiseAddress) {
@@ -142,25 +158,25 @@ func (e *Engine) apiServerSkew(ctx context.Context, st, to *nodestate.NodeState)
 		}
 		seen[a.Node] = true
 		p := records[a.Node]
-		if !sk.check(a.Node, a.Versions, "its mirror pod, by the API server") && !sk.check(a.Node, p.APIServers(), "its transaction "+p.Txn) {
-			sk.unknown(fmt.Sprintf("the kube-apiserver version of control-plane node %s is not known (the API server: %s), and the cluster holds no record of its version", a.Node, a.Unread))
+		if !check(a.Node, a.Versions, "its mirror pod, by the API server") && !check(a.Node, p.APIServers(), "its transaction "+p.Txn) {
+			unknown(fmt.Sprintf("the kube-apiserver version of control-plane node %s is not known (the API server: %s), and the cluster holds no record of its version", a.Node, a.Unread))
 		}
 	}
 	var unread []string
 	for _, p := range v.Nodes {
-		if !seen[p.Node] && !sk.check(p.Node, p.APIServers(), "its transaction "+p.Txn) {
+		if !seen[p.Node] && !check(p.Node, p.APIServers(), "its transaction "+p.Txn) {
 			unread = append(unread, p.Node)
 		}
 	}
 	switch {
 	case e.apiServers == nil:
-		e.log.Warn("kube-apiserver skew checked against the nodes' records in the cluster alone: there is no API server to read the control-plane nodes from", "unchecked", unread)
+		e.log.Warn("kube-apiserver versions checked against the nodes' records in the cluster alone: there is no API server to read the control-plane nodes from", "move", move, "unchecked", unread)
 	case liveErr != nil:
-		sk.unknown(fmt.Sprintf("the control-plane nodes cannot be read from the API server (%v), so a control-plane node with no record in the cluster is not known", liveErr))
+		unknown(fmt.Sprintf("the control-plane nodes cannot be read from the API server (%v), so a control-plane node with no record in the cluster is not known", liveErr))
 	case len(unread) > 0:
-		e.log.Warn("kube-apiserver skew not checked against nodes recorded in the cluster with no version, which the API server lists as no control-plane node", "nodes", unread)
+		e.log.Warn("kube-apiserver versions not checked against nodes recorded in the cluster with no version, which the API server lists as no control-plane node", "move", move, "nodes", unread)
 	}
-	return sk.out, nil
+	return nil
 }
 
 // skew collects the APIServerSkew findings of a move to to.

@@ -125,7 +125,12 @@ func PlanUpgrade(ctx context.Context, store Manifests, procs Processes, st *node
 	if err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "release " + rel.KubernetesVersion}
+	if opts.TwoStep {
+		if err := binaryStep(st, to); err != nil {
+			return nil, err
+		}
+	}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "release " + rel.KubernetesVersion, ran: opts.ran}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ const IgnoreAll = "all"
 // PreflightChecks is the name of every pre-flight check, in the order
 // their failures are reported.
 func PreflightChecks() []string {
-	return append(slices.Concat(versions.PathChecks, versions.EmulationChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet, CheckEtcdMemberSkew, CheckAPIServerSkew)
+	return append(slices.Concat(versions.PathChecks, versions.EmulationChecks), CheckEtcdHealth, CheckEtcdWALHistory, CheckEtcdV2Store, CheckImagePull, CheckStaticPodKubelet, CheckEtcdMemberSkew, CheckAPIServerSkew, CheckEmulationClusterSkew)
 }
 
 // CheckIgnore validates the names of checks to ignore: each a known check
@@ -116,6 +116,16 @@ type UpgradeOptions struct {
 	// no Kubelet too; nil: slog.Default(), and no Kubelet says nothing (a
 	// plan with no API server to ask).
 	log *slog.Logger
+	// TwoStep takes a release's minor move as the binary step of a
+	// two-step upgrade: each Kubernetes binary that moves up a minor
+	// emulates the minor it replaces (--emulated-version); Finish takes
+	// the finishing step. A release that moves no binary up a minor is
+	// refused (ErrNoMinorMove).
+	TwoStep bool
+	// ran is what the journal says the node ran (Engine.ranStates), for
+	// EmulationFinished; nil outside an Engine, when only the node state
+	// the plan starts from counts.
+	ran []versions.Ran
 }
 
 // preflight is how planTo runs the checks.
@@ -131,6 +141,8 @@ type preflight struct {
 	subject string
 	// state: the target is a node state (apply), not a release (run).
 	state bool
+	// ran is UpgradeOptions.ran.
+	ran []versions.Ran
 }
 
 func (p preflight) ignores(check string) bool {

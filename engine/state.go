@@ -94,7 +94,7 @@ func PlanState(ctx context.Context, store Manifests, procs Processes, st, to *no
 	if err := CheckStateChange(st, to); err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "node state " + to.KubernetesVersion, state: true}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "node state " + to.KubernetesVersion, state: true, ran: opts.ran}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err
@@ -117,6 +117,9 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 		return nil, fmt.Errorf("%s: %w", pf.subject, err)
 	}
 	findings := versions.UpgradePath(from, target)
+	// The node runs from now: it counts first, before what the journal
+	// says it ran.
+	findings = append(findings, versions.CheckBinaryRollback(from, target, append([]versions.Ran{{Node: from}}, pf.ran...))...)
 	plan, err := planChanges(store, st, to)
 	if err != nil {
 		// A target the rules refuse may not render at all (an

@@ -13,7 +13,9 @@ import (
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/snapshot"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // ErrCannotUndo is wrapped by the refusal of a rollback --last that cannot
@@ -179,6 +181,14 @@ func (e *Engine) planUndoUpgrade(cur *nodestate.NodeState, last *journal.Txn) (*
 		if errors.Is(err, ErrNothingToDo) {
 			return nil, err
 		}
+		return nil, fmt.Errorf("%w: %w", ErrCannotUndo, err)
+	}
+	ran, err := e.ranStates(last.ID)
+	if err != nil {
+		return nil, err
+	}
+	if f := versions.CheckBinaryRollback(resolve.Resolve(cur), resolve.Resolve(old), ran); len(f) > 0 {
+		_, err := preflight{subject: "rollback --last of " + last.ID}.settle(f)
 		return nil, fmt.Errorf("%w: %w", ErrCannotUndo, err)
 	}
 	return &undo{plan: plan, source: last.SnapshotDir, what: fmt.Sprintf("roll back %s: %s change", last.ID, strings.Join(plan.Changed(), ", "))}, nil

@@ -193,3 +193,20 @@ func plural(n int, word string) string {
 	}
 	return word + "s"
 }
+
+// DeleteExtraArg removes comp's extra arg name, every value, and its
+// places in extraArgsOrder, dropping the maps it empties.
+func (st *NodeState) DeleteExtraArg(comp, name string) {
+	delete(st.ExtraArgs[comp], name)
+	if len(st.ExtraArgs[comp]) == 0 {
+		delete(st.ExtraArgs, comp)
+	}
+	if order := st.ExtraArgsOrder[comp]; order != nil {
+		order = slices.DeleteFunc(slices.Clone(order), func(k string) bool { return k == name })
+		if len(order) == 0 {
+			delete(st.ExtraArgsOrder, comp)
+		} else {
+			st.ExtraArgsOrder[comp] = order
+		}
+	}
+}

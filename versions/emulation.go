@@ -53,7 +53,7 @@ const (
 
 // EmulationChecks are the emulation checks, in the order their findings
 // are reported.
-var EmulationChecks = []string{CheckEmulatedVersionRange, CheckEmulationFeatureGates, CheckEmulationAlphaGates, CheckEmulationComponentSkew, CheckEmulationKubeletSkew}
+var EmulationChecks = []string{CheckEmulatedVersionRange, CheckEmulationFeatureGates, CheckEmulationAlphaGates, CheckEmulationComponentSkew, CheckEmulationKubeletSkew, CheckEmulationFinished}
 
 // EmulationRule is what a Kubernetes component's binary of one minor
 // accepts of the compatibility-version flags.

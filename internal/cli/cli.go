@@ -392,7 +392,7 @@ environment, which wins over the file (docs/cli.md, "Configuration").
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.AddCommand(
-		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
+		newInitCmd(g), newRenderCmd(g), newPlanCmd(g), newRunCmd(g), newFinishCmd(g), newApplyCmd(g), newRestartCmd(g), newStopCmd(g), newStartCmd(g), newResumeCmd(g),
 		newRollbackCmd(g), newImagesCmd(g), newStatusCmd(g), newStateCmd(g), newClearHaltCmd(g), newForgetNodeCmd(g), newHistoryCmd(g), newAuditCmd(g), newVersionCmd(g),
 	)
 	g.conventions(root)

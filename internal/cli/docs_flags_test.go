@@ -22,8 +22,8 @@ func TestDocsTransactionFlags(t *testing.T) {
 				takers = append(takers, c.Name())
 			}
 		}
-		if !slices.Equal(takers, []string{"init", "render", "run", "apply", "restart", "stop", "start", "resume", "rollback"}) {
-			t.Errorf("--%s is taken by %v, want init, render, run, apply, restart, stop, start, resume and rollback", name, takers)
+		if !slices.Equal(takers, []string{"init", "render", "run", "finish", "apply", "restart", "stop", "start", "resume", "rollback"}) {
+			t.Errorf("--%s is taken by %v, want init, render, run, finish, apply, restart, stop, start, resume and rollback", name, takers)
 		}
 		f := find(root, "run").Flags().Lookup(name)
 		cells, ok := rows[name]

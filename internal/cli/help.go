@@ -68,6 +68,9 @@ var conventionsOf = map[string]commandConventions{
   stratum-upgrade run --to release-v1.34.5.yaml
   # A longer soak, and metrics for node_exporter's textfile collector.
   stratum-upgrade run --to release-v1.34.5.yaml --soak 2m --metrics-file /var/lib/node_exporter/stratum-upgrade.prom`},
+	"finish": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, example: `  # A minor upgrade in two steps: the new binaries emulating the old minor, then the finishing step.
+  stratum-upgrade run --to v1.37.2 --two-step
+  stratum-upgrade finish`},
 	"apply": {group: "upgrade", txn: true, exits: []int{ExitOK, ExitError, ExitUsage, ExitRolledBack, ExitRollbackFailed, ExitBusy, ExitInterrupted}, required: "state", placeholder: "FILE", example: `  # Change the node state as one transaction (plan --state shows the diff first).
   stratum-upgrade plan --state /etc/stratum/node.yaml
   stratum-upgrade apply --state /etc/stratum/node.yaml`},

@@ -21,9 +21,9 @@ import (
 func newRunCmd(g *globals) *cobra.Command {
 	var to string
 	var ignore []string
-	var dryRun bool
+	var dryRun, twoStep bool
 	cmd := &cobra.Command{
-		Use:   "run --to VERSION|RELEASE [--dry-run]",
+		Use:   "run --to VERSION|RELEASE [--two-step] [--dry-run]",
 		Short: "Upgrade the node to a Kubernetes version or a release as one journaled transaction",
 		Long: `run upgrades the node to VERSION or RELEASE: snapshot the manifests (and etcd's
 data when etcd's image changes), write each changed manifest in roster order and
@@ -52,6 +52,11 @@ refuses the release (exit 1, nothing written) and says which release would be
 valid. --ignore-preflight-errors=NAME,... (or all) turns a failure into a
 warning; the journal records the checks a transaction was let through with.
 
+--two-step takes a minor move as the binary step of a two-step upgrade: the
+new binaries of kube-apiserver, kube-controller-manager and kube-scheduler run
+with --emulated-version at the old minor, so 'rollback --last' can take the node
+back to the old binaries; 'stratum-upgrade finish' takes the finishing step.
+
 ` + exitCodesHelp,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
@@ -68,6 +73,7 @@ warning; the journal records the checks a transaction was let through with.
 			if err != nil {
 				return err
 			}
+			opts.TwoStep = twoStep
 			if dryRun { // plan --to VERSION|RELEASE
 				if version {
 					return g.runPlanVersion(to, opts)
@@ -89,11 +95,12 @@ warning; the journal records the checks a transaction was let through with.
 				}
 				res, err := e.RunWith(ctx, rel, raw, opts)
 				g.preflightRefused(err)
-				return res, err
+				return res, g.finishHint(st, err)
 			})
 		}),
 	}
 	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
+	cmd.Flags().BoolVar(&twoStep, "two-step", false, "a minor move's binary step: the new binaries emulate the old minor until 'finish'")
 	preflightFlag(cmd, &ignore)
 	g.criFlags(cmd, true, true)
 	dryRunFlag(cmd, &dryRun, "plan --to VERSION|RELEASE: the pre-flight checks and what it would change")

@@ -18,6 +18,8 @@ import (
 	"github.com/ciq/stratum-upgrade/kubeletpod"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 func newStatusCmd(g *globals) *cobra.Command {
@@ -91,6 +93,9 @@ type nodeInfo struct {
 	Roster            []string `json:"roster"`
 	// Stopped are the components stop stopped (not in Roster).
 	Stopped []string `json:"stopped"`
+	// TwoStep is the node's two-step upgrade whose binary step is taken
+	// and whose finishing step is not; null when none.
+	TwoStep *versions.TwoStep `json:"twoStep"`
 }
 
 // statusReport is status's output (docs/schemas/status.json). Every field
@@ -179,6 +184,9 @@ func (g *globals) status() (*statusReport, error) {
 	}
 	if st != nil {
 		rep.Node = &nodeInfo{Name: st.NodeName, KubernetesVersion: st.KubernetesVersion, Roster: manifest.NamesFor(st), Stopped: nonNil(st.Stopped)}
+		if ts, ok := versions.PendingTwoStep(resolve.Resolve(st)); ok {
+			rep.Node.TwoStep = &ts
+		}
 	}
 	store, err := manifest.OpenReadOnly(g.manifestDir, g.storeOptions())
 	if err != nil {
@@ -333,6 +341,10 @@ func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 	}
 	if n := rep.Node; n != nil {
 		fmt.Fprintf(w, "node:         %s, Kubernetes %s, roster %s\n", n.Name, n.KubernetesVersion, strings.Join(n.Roster, ", "))
+		if ts := n.TwoStep; ts != nil {
+			fmt.Fprintf(w, "two-step:     %s binaries emulating %s: %s raises it to %s (then going back to %s is refused); until then %s of the binary step goes back to %s\n",
+				ts.Binary, ts.Emulated, cmdline("finish"), ts.Binary, ts.Emulated, cmdline("rollback --last"), ts.Emulated)
+		}
 		if len(n.Stopped) > 0 {
 			fmt.Fprintf(w, "stopped:      %s (no manifest until `%s`)\n", strings.Join(n.Stopped, ", "), cmdline("start "+strings.Join(n.Stopped, " ")))
 		}

@@ -22,6 +22,11 @@ var (
 	KubeVIPTags = []string{"v0.8.9", "v0.9.2"}
 )
 
+// NextMinorTag is a Kubernetes tag one minor past KubeTags, mapped to the
+// healthy stand-in on every node: a minor move (a two-step upgrade's) on
+// the test bed.
+const NextMinorTag = "v1.35.4"
+
 // Image repositories of the components, as the node states spell them.
 var Repos = map[string]string{
 	nodestate.KubeAPIServer:     "registry.k8s.io/kube-apiserver",
@@ -81,6 +86,11 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 		tags := KubeTags
 		if comp == nodestate.KubeVIP {
 			tags = KubeVIPTags
+		}
+		if comp != nodestate.KubeVIP {
+			m[ModeImage(comp, NextMinorTag, standin.ModeHealthy)] = kubeletsim.Image{Binary: link, Env: marker(map[string]string{
+				standin.EnvMode: string(standin.ModeHealthy), standin.EnvEvents: n.EventsFile,
+			})}
 		}
 		for _, tag := range tags {
 			for _, mode := range standin.Modes {

@@ -1,0 +1,171 @@
+package engine
+
+// Two-step minor upgrades (KEP-4330): run --to with TwoStep takes the
+// binary step (the new binaries, emulating the minor they replace), Finish
+// takes the finishing step (the emulation dropped) as its own transaction,
+// and a binary going back a minor after it ran at its own version is
+// refused (versions.CheckBinaryRollback), from what the journal says the
+// node ran.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
+	"github.com/ciq/stratum-upgrade/versions"
+)
+
+// ErrNoMinorMove is the refusal of a two-step binary step whose release
+// moves no Kubernetes binary up a minor: there is nothing to emulate.
+var ErrNoMinorMove = errors.New("a two-step upgrade needs a minor move")
+
+// binaryStep makes to, the node state a release takes st to, the binary
+// step of a two-step upgrade: each Kubernetes component whose binary moves
+// up a minor keeps the minor it ran at with --emulated-version (an
+// operator's explicit value stands). ErrNoMinorMove when none moves.
+func binaryStep(st, to *nodestate.NodeState) error {
+	args := versions.BinaryStep(resolve.Resolve(st), resolve.Resolve(to))
+	if len(args) == 0 {
+		v, _ := kubeAPIServer(st)
+		at := "its minor"
+		if v != nil {
+			at = versions.MinorOf(v)
+		}
+		return fmt.Errorf("%w: release %s moves no kube-apiserver, kube-controller-manager or kube-scheduler binary up a minor (kube-apiserver stays at %s), so there is no older minor to emulate; run it without --two-step", ErrNoMinorMove, to.KubernetesVersion, at)
+	}
+	for _, c := range slices.Sorted(maps.Keys(args)) {
+		to.SetExtraArg(c, versions.FlagEmulatedVersion, args[c])
+	}
+	return nil
+}
+
+// FinishState is the node state of st's finishing step: every Kubernetes
+// component that emulates a minor older than its binary's runs at its
+// binary's (its --emulated-version dropped). ErrNothingToDo when none
+// emulates an older minor. st is unchanged.
+func FinishState(st *nodestate.NodeState) (*nodestate.NodeState, error) {
+	n := resolve.Resolve(st)
+	to := st.Clone()
+	var raised []string
+	for _, c := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+		e := versions.EmulatedVersion(st.ExtraArgs[c])
+		v, err := n.Version(c)
+		if e == nil || err != nil || v == nil || !e.LessThan(versions.MajorMinorOf(v)) {
+			continue
+		}
+		to.DeleteExtraArg(c, versions.FlagEmulatedVersion)
+		raised = append(raised, c)
+	}
+	if len(raised) == 0 {
+		return nil, fmt.Errorf("%w: no two-step upgrade to finish: kube-apiserver, kube-controller-manager and kube-scheduler emulate no minor older than their binaries'", ErrNothingToDo)
+	}
+	return to, nil
+}
+
+// PlanFinish is the finishing step's plan (finish --dry-run), with every
+// pre-flight check run, writing nothing.
+func (e *Engine) PlanFinish(ctx context.Context, opts UpgradeOptions) (*Plan, error) {
+	st, err := e.j.NodeState()
+	if err != nil {
+		return nil, err
+	}
+	to, err := FinishState(st)
+	if err != nil {
+		return nil, err
+	}
+	return e.PlanState(ctx, to, opts)
+}
+
+// Finish takes the finishing step of the node's two-step upgrade as one
+// transaction of kind upgrade (no release), as Apply does of FinishState:
+// the components run at their binaries' minor. rollback --last of it
+// lowers the emulated version again. On a multi-member cluster it is
+// refused while another control-plane node's kube-apiserver still runs
+// an older minor (CheckEmulationClusterSkew). ErrNothingToDo when no
+// two-step upgrade is pending.
+func (e *Engine) Finish(ctx context.Context, opts UpgradeOptions) (Result, error) {
+	what := func(p *Plan) string {
+		ts, _ := versions.PendingTwoStep(resolve.Resolve(p.From))
+		return fmt.Sprintf("finish the two-step upgrade to %s (was emulating %s): %s change", ts.Binary, ts.Emulated, strings.Join(p.Changed(), ", "))
+	}
+	return e.change(ctx, journal.KindUpgrade, nil, opts.IgnorePreflight, what, func(t topology) (*Plan, error) {
+		opts.members = t.members
+		return e.PlanFinish(ctx, opts)
+	})
+}
+
+// ranStates is what the journal says the node ran, newest first: the node
+// state each committed transaction left, but restarts (they change
+// nothing) and the transaction except (a rollback --last's undone one).
+func (e *Engine) ranStates(except string) ([]versions.Ran, error) {
+	hist, err := e.j.History(0)
+	if err != nil {
+		return nil, err
+	}
+	var out []versions.Ran
+	for _, t := range hist {
+		if t.Phase != journal.PhaseCommitted || t.Kind == journal.KindRestart || t.ID == except || len(t.To) == 0 {
+			continue
+		}
+		st, err := nodestate.Parse(t.To)
+		if err != nil {
+			return nil, fmt.Errorf("transaction %s: the node state it left: %w", t.ID, err)
+		}
+		out = append(out, versions.Ran{Txn: t.ID, Node: resolve.Resolve(st)})
+	}
+	return out, nil
+}
+
+// CheckEmulationClusterSkew is the check that a two-step upgrade's
+// finishing step on one control-plane node waits for every other one to
+// have taken the binary step: while another node's kube-apiserver still
+// runs the older minor, this one must keep emulating it (the version skew
+// policy, which KEP-4330 applies to the emulated versions, and the way
+// back of the whole cluster). A node whose version cannot be read refuses
+// too, but that may be ignored.
+const CheckEmulationClusterSkew = "EmulationClusterSkew"
+
+// finishSkew is the EmulationClusterSkew check of a move from st to to
+// that raises the minor kube-apiserver emulates (a finishing step), by
+// what the other control-plane nodes run now or last recorded.
+func (e *Engine) finishSkew(ctx context.Context, st, to *nodestate.NodeState) ([]versions.Finding, error) {
+	ts, ok := versions.PendingTwoStep(resolve.Resolve(st))
+	if !ok {
+		return nil, nil
+	}
+	if after, still := versions.PendingTwoStep(resolve.Resolve(to)); still && after.Emulated == ts.Emulated {
+		return nil, nil
+	}
+	bin := version.MustParseGeneric(ts.Binary)
+	var out []versions.Finding
+	check := func(node string, vs []string, source string) bool {
+		known := false
+		for _, s := range vs {
+			ov, err := version.ParseGeneric(s)
+			if err != nil {
+				continue
+			}
+			known = true
+			if ov.Major() == bin.Major() && ov.Minor() < bin.Minor() {
+				out = append(out, versions.Finding{Check: CheckEmulationClusterSkew, Component: nodestate.KubeAPIServer, Unsupported: true, Message: fmt.Sprintf(
+					"kube-apiserver on node %s still runs %s (%s): this node's finishing step would stop emulating %s while a node runs it, and the cluster's way back to %s rests on every node emulating it until all run %s binaries; this cannot be ignored. Take the binary step on node %s first (run --to with --two-step), then finish here",
+					node, s, source, ts.Emulated, ts.Emulated, ts.Binary, node)})
+			}
+		}
+		return known
+	}
+	unknown := func(what string) {
+		out = append(out, versions.Finding{Check: CheckEmulationClusterSkew, Component: nodestate.KubeAPIServer, Message: fmt.Sprintf(
+			"%s: the finishing step waits until every control-plane node runs %s binaries; check that each does, then let this through with --ignore-preflight-errors=%s", what, ts.Binary, CheckEmulationClusterSkew)})
+	}
+	err := e.peerAPIServers(ctx, st, "the finishing step to "+ts.Binary, check, unknown)
+	return out, err
+}

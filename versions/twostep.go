@@ -1,0 +1,132 @@
+package versions
+
+// Two-step minor upgrades (KEP-4330). The binary step moves kube-apiserver,
+// kube-controller-manager and kube-scheduler to the binaries of minor N+1
+// run with --emulated-version=kube=N: they keep N's APIs, features and
+// storage versions, so going back to the N binaries is supported. The
+// finishing step drops the flag, and the binaries run at N+1: from then on
+// they may serve N+1's APIs and features and write what N cannot read back,
+// so going back to N is not supported any more (lowering the emulated
+// version again is).
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
+)
+
+// CheckEmulationFinished: kube-apiserver, kube-controller-manager or
+// kube-scheduler goes back a minor, from binaries of minor M that have run
+// at their own version (not emulating M-1) since the node last ran M-1: a
+// two-step upgrade's finishing step, or an upgrade without --two-step
+// other than the one a rollback --last undoes. Unsupported: it cannot be
+// ignored.
+const CheckEmulationFinished = "EmulationFinished"
+
+// TwoStep is a node whose binary step is taken and whose finishing step
+// is not: kube-apiserver's binary is of minor Binary and emulates the
+// older minor Emulated ("1.37", "1.36").
+type TwoStep struct {
+	Binary   string `json:"binary"`
+	Emulated string `json:"emulated"`
+}
+
+// PendingTwoStep is n's two-step upgrade, when kube-apiserver emulates a
+// minor older than its binary's; false otherwise (no emulation, or a
+// version that cannot be told).
+func PendingTwoStep(n *resolve.Node) (TwoStep, bool) {
+	c := nodestate.KubeAPIServer
+	bin, emu, ok := emulating(n, c)
+	if !ok || !emu.LessThan(bin) {
+		return TwoStep{}, false
+	}
+	return TwoStep{Binary: MinorOf(bin), Emulated: MinorOf(emu)}, true
+}
+
+// emulating is component c's binary minor in n and the minor it runs at:
+// the one it emulates, else its binary's. False when c is not in n or its
+// version cannot be told.
+func emulating(n *resolve.Node, c string) (bin, at *version.Version, ok bool) {
+	if n.Image(c) == "" {
+		return nil, nil, false
+	}
+	v, err := n.Version(c)
+	if err != nil || v == nil {
+		return nil, nil, false
+	}
+	bin = version.MajorMinor(v.Major(), v.Minor())
+	if e := EmulatedVersion(n.State.ExtraArgs[c]); e != nil {
+		return bin, e, true
+	}
+	return bin, bin, true
+}
+
+// BinaryStep is the binary step of a two-step upgrade from from to to:
+// for each Kubernetes component whose binary moves up one minor and whose
+// extra args in to name no --emulated-version, the value that keeps it at
+// the minor it ran at ("kube=1.36"), by component. Empty when no binary
+// moves up a minor.
+func BinaryStep(from, to *resolve.Node) map[string]string {
+	out := map[string]string{}
+	for _, c := range kubernetesComponents {
+		_, was, ok1 := emulating(from, c)
+		bin, _, ok2 := emulating(to, c)
+		if !ok1 || !ok2 || !was.LessThan(bin) {
+			continue
+		}
+		if _, set := to.State.ExtraArgs[c][FlagEmulatedVersion]; set {
+			continue
+		}
+		out[c] = "kube=" + MinorOf(was)
+	}
+	return out
+}
+
+// Ran is a state the node ran: the node state a committed transaction
+// left (Txn its ID), or, with Txn "", the one it runs now.
+type Ran struct {
+	Txn  string
+	Node *resolve.Node
+}
+
+// CheckBinaryRollback is the EmulationFinished check of a move from from
+// to to, given ran, the states the node ran, newest first (the state it
+// runs now first when it counts: a rollback --last leaves out the
+// transaction it undoes, and so the state it left). A Kubernetes component
+// whose binary goes back one minor, from M, is refused when a state since
+// the component last ran below M ran it at M without emulating an older
+// minor.
+func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
+	var out []Finding
+	for _, c := range kubernetesComponents {
+		fv, tv, ok := pair(from, to, c)
+		if !ok || !tv.LessThan(fv) || minorsBack(fv, tv) != 1 {
+			continue
+		}
+		m := version.MajorMinor(fv.Major(), fv.Minor())
+		for _, r := range ran {
+			bin, at, ok := emulating(r.Node, c)
+			if !ok {
+				continue
+			}
+			if bin.LessThan(m) {
+				break // it ran below M since: what ran at M before is read back already
+			}
+			if !bin.EqualTo(m) || at.LessThan(m) {
+				continue
+			}
+			when := "the node runs it so now"
+			if r.Txn != "" {
+				when = "transaction " + r.Txn + " left it so"
+			}
+			out = append(out, Finding{Check: CheckEmulationFinished, Component: c, Unsupported: true, Message: fmt.Sprintf(
+				"%s %s -> %s goes back to %s after %s ran at its own version, not emulating %s (%s: a two-step upgrade's finishing step, or an upgrade without --two-step): it may have served %s's APIs and features and stored what %s cannot read back, and KEP-4330 supports going back to %s only while the %s binary emulates it; this cannot be ignored. Stay on %s (rollback --last of a finishing step lowers the emulated version to %s again), or restore the control plane from an etcd backup taken before it",
+				c, kv(fv), kv(tv), MinorOf(tv), MinorOf(m), MinorOf(tv), when, MinorOf(m), MinorOf(tv), MinorOf(tv), MinorOf(m), MinorOf(m), MinorOf(tv))})
+			break
+		}
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package versions
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
+)
+
+// emu is a node with every Kubernetes component at binary v, each
+// emulating minor e ("" for none).
+func emu(v, e string) *resolve.Node {
+	st := k("3.6.16", v)
+	if e != "" {
+		for _, c := range kubernetesComponents {
+			st.SetExtraArg(c, FlagEmulatedVersion, "kube="+e)
+		}
+	}
+	return resolve.Resolve(st)
+}
+
+func TestBinaryStepAndPending(t *testing.T) {
+	got := BinaryStep(emu("v1.36.3", ""), emu("v1.37.2", ""))
+	if len(got) != 3 || got[nodestate.KubeAPIServer] != "kube=1.36" || got[nodestate.Scheduler] != "kube=1.36" {
+		t.Fatalf("BinaryStep 1.36 -> 1.37 = %v, want kube=1.36 on the three", got)
+	}
+	if got := BinaryStep(emu("v1.37.1", ""), emu("v1.37.2", "")); len(got) != 0 {
+		t.Errorf("BinaryStep of a patch move = %v, want none", got)
+	}
+	// A node still emulating 1.35 on 1.36 binaries keeps 1.35 on 1.37:
+	// the minor it ran at, not its binary's.
+	if got := BinaryStep(emu("v1.36.3", "1.35"), emu("v1.37.2", "")); got[nodestate.KubeAPIServer] != "kube=1.35" {
+		t.Errorf("BinaryStep from 1.36 emulating 1.35 = %v, want kube=1.35", got)
+	}
+	// An operator's flag in the target stands.
+	if got := BinaryStep(emu("v1.36.3", ""), emu("v1.37.2", "1.37")); len(got) != 0 {
+		t.Errorf("BinaryStep with the flag set = %v, want none", got)
+	}
+	if ts, ok := PendingTwoStep(emu("v1.37.2", "1.36")); !ok || ts != (TwoStep{Binary: "1.37", Emulated: "1.36"}) {
+		t.Errorf("PendingTwoStep(1.37 emulating 1.36) = %+v %v", ts, ok)
+	}
+	for _, n := range []*resolve.Node{emu("v1.37.2", ""), emu("v1.37.2", "1.37")} {
+		if ts, ok := PendingTwoStep(n); ok {
+			t.Errorf("PendingTwoStep of a node at its own minor = %+v", ts)
+		}
+	}
+}
+
+// TestCheckBinaryRollback pins when a binary may go back a minor: while it
+// emulates the older one, or when the only state that ran it at its own
+// version is the one a rollback --last undoes (left out of ran).
+func TestCheckBinaryRollback(t *testing.T) {
+	at137, emu136, at136 := emu("v1.37.2", ""), emu("v1.37.2", "1.36"), emu("v1.36.3", "")
+	for _, tc := range []struct {
+		name     string
+		from, to *resolve.Node
+		ran      []Ran
+		refused  bool
+	}{
+		{"binary step undone: it only ever emulated 1.36", emu136, at136, []Ran{{Txn: "b", Node: emu136}, {Txn: "a", Node: at136}}, false},
+		{"one-step upgrade undone by rollback --last: the undone one is left out", at137, at136, []Ran{{Txn: "a", Node: at136}}, false},
+		{"the node runs 1.37 at its own version now", at137, at136, []Ran{{Node: at137}, {Txn: "f", Node: at137}}, true},
+		{"finished, then the finish rolled back", emu136, at136, []Ran{{Node: emu136}, {Txn: "r", Node: emu136}, {Txn: "f", Node: at137}, {Txn: "b", Node: emu136}}, true},
+		{"1.37 ran at its own minor, but 1.36 ran since", emu136, at136, []Ran{{Node: emu136}, {Txn: "b", Node: emu136}, {Txn: "back", Node: at136}, {Txn: "u", Node: at137}}, false},
+		{"a patch move is no minor going back", emu("v1.37.2", ""), emu("v1.37.1", ""), []Ran{{Node: at137}}, false},
+		{"an upgrade is not checked", at136, at137, []Ran{{Node: at137}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckBinaryRollback(tc.from, tc.to, tc.ran)
+			if !tc.refused {
+				if len(got) > 0 {
+					t.Fatalf("refused: %v", got)
+				}
+				return
+			}
+			if c := checks(got); !slices.Equal(c, []string{"EmulationFinished!", "EmulationFinished!", "EmulationFinished!"}) {
+				t.Fatalf("checks %v, want EmulationFinished of each component, not ignorable", c)
+			}
+			for _, want := range []string{"goes back to 1.36 after 1.37 ran at its own version", "KEP-4330", "rollback --last of a finishing step"} {
+				if !strings.Contains(got[0].Message, want) {
+					t.Errorf("message lacks %q:\n%s", want, got[0].Message)
+				}
+			}
+		})
+	}
+}
