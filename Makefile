@@ -167,8 +167,10 @@ real-binaries: ## build every real etcd and Kubernetes control plane (kube-apise
 # not: about 7 minutes each from a cold cache). TestDemoReal: make demo
 # REAL=1.
 REAL_TESTS := TestReal|TestDemoReal
-test-real: real-binaries ## the real control plane (kube-apiserver, -controller-manager, -scheduler 1.36 and 1.37; etcd 3.5-3.7) from the rendered manifests: starts, upgrades, the etcd chain, a rollback, the real demo, the Events and kubeadm-config an upgrade through the command leaves in the API server; the kubeadm fixtures are still kubeadm's output
+test-real: real-binaries ## the real control plane (kube-apiserver, -controller-manager, -scheduler 1.36 and 1.37; etcd 3.5-3.7) from the rendered manifests: starts, upgrades, the etcd chain, a rollback, a two-step minor upgrade with its rollbacks and read-back, the real demo, the Events and kubeadm-config an upgrade through the command leaves in the API server; the kubeadm fixtures are still kubeadm's output
 	STRATUM_REAL=1 $(GO) test -p 1 -count=1 -timeout 40m -run '^($(REAL_TESTS))' ./versions ./engine ./cmd/stratum-upgrade ./internal/harness/testbed ./internal/harness/kubeadmgen ./internal/harness/cmd/demo
+	@# The two-step upgrade prints its figures (-v, without the event lines).
+	STRATUM_REAL=1 $(GO) test -count=1 -v -timeout 15m -run '^TestTwoStepReal$$' ./engine | grep -Ev '^=== |: event |^[0-9]{4}/[0-9]{2}/[0-9]{2} |start.go:[0-9]+: '
 
 # The Kubernetes tables come from each version's flagdump (its tool
 # module's flagdump/, built into the cache beside the binaries): the whole

@@ -2,11 +2,14 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
 	"github.com/ciq/stratum-upgrade/nodestate"
@@ -115,5 +118,62 @@ func TestTwoStepOnTestBed(t *testing.T) {
 	}
 	if after := f.manifests(); !maps.EqualFunc(before, after, bytes.Equal) {
 		t.Error("the refused move changed the manifest directory")
+	}
+}
+
+// On a multi-member cluster the finishing step waits for every
+// control-plane node's binary step: refused, not ignorably, while cp-2's
+// kube-apiserver runs 1.35 by its record in the cluster (or its mirror
+// pod), ignorably while cp-2 is known from neither, and taken once cp-2
+// runs 1.36.
+func TestFinishWaitsForEveryControlPlaneNode(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		cp2                string // cp-2's recorded kube-apiserver version, "" for none
+		live               []LiveAPIServer
+		refused, ignorable bool
+	}{
+		{name: "cp-2 recorded at 1.35", cp2: "v1.35.4", refused: true},
+		{name: "cp-2's mirror pod at 1.35", live: []LiveAPIServer{{Node: "cp-2", Versions: []string{"v1.35.4"}}}, refused: true},
+		{name: "cp-2 known from neither", live: []LiveAPIServer{{Node: "cp-2", Unread: "no kube-apiserver mirror pod on it"}}, ignorable: true},
+		{name: "cp-2 took the binary step", cp2: "v1.36.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := etcdcluster.Start(t, 3, "3.6")
+			n := newMemNode(t)
+			kubeAt(n.st, "v1.36.3")
+			for _, comp := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
+				n.st.SetExtraArg(comp, versions.FlagEmulatedVersion, "kube=1.35")
+			}
+			memberOfCluster(t, n, c.Members[0])
+			if tc.cp2 != "" {
+				record(t, c, "cp-2", "committed", "v1.35.4", tc.cp2)
+			}
+			e := n.engine(nil)
+			if tc.live != nil {
+				e.apiServers = func(context.Context) ([]LiveAPIServer, error) { return tc.live, nil }
+			}
+			_, err := e.Finish(t.Context(), UpgradeOptions{})
+			var pe *PreflightError
+			refused := errors.As(err, &pe) && slices.Contains(checks(pe.Failed), CheckEmulationClusterSkew)
+			if refused != (tc.refused || tc.ignorable) {
+				t.Fatalf("finish: %v; want refused by %s: %v", err, CheckEmulationClusterSkew, tc.refused || tc.ignorable)
+			}
+			if refused {
+				if pe.Ignorable() != tc.ignorable {
+					t.Fatalf("finish refused, ignorable %v, want %v:\n%v", pe.Ignorable(), tc.ignorable, err)
+				}
+				if k := journalTxns(t, n.j); k != 0 {
+					t.Fatalf("a refused finish journaled %d transaction(s)", k)
+				}
+				if tc.refused && !strings.Contains(err.Error(), "kube-apiserver on node cp-2 still runs v1.35.4") {
+					t.Errorf("the refusal does not name cp-2 and its version:\n%v", err)
+				}
+				return
+			}
+			if k := journalTxns(t, n.j); k != 1 {
+				t.Fatalf("finish journaled %d transaction(s), want 1 (%v)", k, err)
+			}
+		})
 	}
 }

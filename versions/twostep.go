@@ -118,7 +118,7 @@ func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
 			if !bin.EqualTo(m) || at.LessThan(m) {
 				continue
 			}
-			when := "the node runs it so now"
+			when := "as it runs now"
 			if r.Txn != "" {
 				when = "transaction " + r.Txn + " left it so"
 			}
