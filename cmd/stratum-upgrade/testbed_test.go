@@ -76,7 +76,7 @@ func (c *cliNode) command(args ...string) *exec.Cmd {
 		"--state-dir=" + c.stateDir,
 		"--proc-scope=" + strconv.Itoa(c.node.KubeletPID),
 	}, args...)
-	if len(args) > 0 && slices.Contains([]string{"init", "render", "run", "apply", "restart", "stop", "start", "resume", "rollback"}, args[0]) {
+	if len(args) > 0 && slices.Contains([]string{"init", "render", "run", "finish", "apply", "restart", "stop", "start", "resume", "rollback"}, args[0]) {
 		// The transaction flags: only the commands that drive one take
 		// them; one the test gives itself wins (it comes after these).
 		argv = append(argv[:3:3], "--replace-timeout=30s", "--active-timeout=30s", "--stop-timeout=15s", "--soak=2s",

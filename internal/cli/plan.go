@@ -14,6 +14,7 @@ import (
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/resolve"
 	"github.com/ciq/stratum-upgrade/versions"
 )
 
@@ -83,6 +84,7 @@ func (g *globals) preflightRefused(err error) {
 func newPlanCmd(g *globals) *cobra.Command {
 	var to, state string
 	var ignore []string
+	var twoStep bool
 	cmd := &cobra.Command{
 		Use:   "plan [--to VERSION|RELEASE | --state FILE]",
 		Short: "Show the upgrades available, or the unified diff of every manifest an upgrade (or a new node state) would change; nothing is written",
@@ -108,13 +110,15 @@ the command to run.
 Before the diff, plan runs the pre-flight checks run would run (upgrade paths,
 version skew, etcd's health when etcd changes; docs/cli.md): a failed check
 refuses the release (exit 1) and says which release would be valid.
---ignore-preflight-errors=NAME,... (or all) turns a failure into a warning.`,
+--ignore-preflight-errors=NAME,... (or all) turns a failure into a warning.
+--two-step plans a minor move as run --two-step takes it (the binary step).`,
 		Args: cobra.NoArgs,
 		RunE: ran(func(cmd *cobra.Command, args []string) error {
 			opts, err := upgradeOptions(ignore)
 			if err != nil {
 				return err
 			}
+			opts.TwoStep = twoStep
 			// An empty --to or --state ("--to=$REL" with REL unset) is a
 			// mistake, not a request for the upgrades available.
 			for _, f := range []string{"to", "state"} {
@@ -137,6 +141,7 @@ refuses the release (exit 1) and says which release would be valid.
 	}
 	cmd.Flags().StringVar(&to, "to", "", toFlagHelp)
 	cmd.Flags().StringVar(&state, "state", "", "node state file (YAML, kind NodeState) to plan instead of a release")
+	cmd.Flags().BoolVar(&twoStep, "two-step", false, "with --to: plan a minor move's binary step, as run --two-step takes it")
 	preflightFlag(cmd, &ignore)
 	g.criFlags(cmd, false, false)
 	return cmd
@@ -207,7 +212,23 @@ func planHeader(plan *engine.Plan, stateFile string) []string {
 	if len(edited) > 0 {
 		out = append(out, fmt.Sprintf("edited by hand: %s (not the render of the node state: status shows \"differs\"); %s writes the render back, undoing the edits the diffs below show", list(edited), writer))
 	}
-	return append(out, replacementLines(plan)...)
+	return append(append(out, replacementLines(plan)...), twoStepLines(plan)...)
+}
+
+// twoStepLines says where the plan leaves a two-step minor upgrade: its
+// binary step taken, its finishing step, or still waiting for it.
+func twoStepLines(plan *engine.Plan) []string {
+	was, before := versions.PendingTwoStep(resolve.Resolve(plan.From))
+	will, after := versions.PendingTwoStep(resolve.Resolve(plan.To))
+	switch {
+	case after && !before:
+		return []string{fmt.Sprintf("two-step: the binary step: %s binaries emulating %s; rollback --last of it goes back to the %s binaries, `finish` takes the finishing step", will.Binary, will.Emulated, will.Emulated)}
+	case before && !after:
+		return []string{fmt.Sprintf("two-step: the finishing step: the %s binaries stop emulating %s; rollback --last of it lowers the emulated version again, and going back to the %s binaries is refused from then on (EmulationFinished)", was.Binary, was.Emulated, was.Emulated)}
+	case after:
+		return []string{fmt.Sprintf("two-step: %s binaries still emulating %s: `finish` takes the finishing step", will.Binary, will.Emulated)}
+	}
+	return nil
 }
 
 // replacementLines says which changed components will surge (a new

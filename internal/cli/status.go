@@ -342,7 +342,7 @@ func (rep *statusReport) print(w io.Writer, cmdline func(string) string) {
 	if n := rep.Node; n != nil {
 		fmt.Fprintf(w, "node:         %s, Kubernetes %s, roster %s\n", n.Name, n.KubernetesVersion, strings.Join(n.Roster, ", "))
 		if ts := n.TwoStep; ts != nil {
-			fmt.Fprintf(w, "two-step:     %s binaries emulating %s: %s raises it to %s (then going back to %s is refused); until then %s of the binary step goes back to %s\n",
+			fmt.Fprintf(w, "two-step:     %s binaries emulating %s: `%s` raises it to %s (then going back to %s is refused); until then `%s` of the binary step goes back to %s\n",
 				ts.Binary, ts.Emulated, cmdline("finish"), ts.Binary, ts.Emulated, cmdline("rollback --last"), ts.Emulated)
 		}
 		if len(n.Stopped) > 0 {
