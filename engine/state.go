@@ -117,9 +117,7 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 		return nil, fmt.Errorf("%s: %w", pf.subject, err)
 	}
 	findings := versions.UpgradePath(from, target)
-	// The node runs from now: it counts first, before what the journal
-	// says it ran.
-	findings = append(findings, versions.CheckBinaryRollback(from, target, append([]versions.Ran{{Node: from}}, pf.ran...))...)
+	findings = append(findings, versions.CheckBinaryRollback(from, target, pf.ran)...)
 	plan, err := planChanges(store, st, to)
 	if err != nil {
 		// A target the rules refuse may not render at all (an

@@ -102,11 +102,15 @@ func (e *Engine) Finish(ctx context.Context, opts UpgradeOptions) (Result, error
 	})
 }
 
-// ranStates is what the journal says the node ran, newest first: the node
-// state each committed transaction left, but restarts (they change
+// ranStates is the node's committed transactions, newest first, as
+// versions.CheckBinaryRollback reads them: but restarts (they change
 // nothing) and the transaction except (a rollback --last's undone one).
 func (e *Engine) ranStates(except string) ([]versions.Ran, error) {
-	hist, err := e.j.History(0)
+	return ranStates(e.j, except)
+}
+
+func ranStates(j *journal.Journal, except string) ([]versions.Ran, error) {
+	hist, err := j.History(0)
 	if err != nil {
 		return nil, err
 	}
@@ -115,15 +119,32 @@ func (e *Engine) ranStates(except string) ([]versions.Ran, error) {
 		if t.Phase != journal.PhaseCommitted || t.Kind == journal.KindRestart || t.ID == except || len(t.To) == 0 {
 			continue
 		}
-		st, err := nodestate.Parse(t.To)
+		r := versions.Ran{Txn: t.ID}
+		to, err := nodestate.Parse(t.To)
 		if err != nil {
 			return nil, fmt.Errorf("transaction %s: the node state it left: %w", t.ID, err)
 		}
-		out = append(out, versions.Ran{Txn: t.ID, Node: resolve.Resolve(st)})
+		r.To = resolve.Resolve(to)
+		if len(t.From) > 0 {
+			from, err := nodestate.Parse(t.From)
+			if err != nil {
+				return nil, fmt.Errorf("transaction %s: the node state it started from: %w", t.ID, err)
+			}
+			r.From = resolve.Resolve(from)
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
 
+// WithJournal is opts with what j says the node ran, for the
+// EmulationFinished check of a plan made outside an Engine (an Engine's
+// plans read it themselves).
+func (opts UpgradeOptions) WithJournal(j *journal.Journal) (UpgradeOptions, error) {
+	ran, err := ranStates(j, "")
+	opts.ran = ran
+	return opts, err
+}
 // CheckEmulationClusterSkew is the check that a two-step upgrade's
 // finishing step on one control-plane node waits for every other one to
 // have taken the binary step: while another node's kube-apiserver still

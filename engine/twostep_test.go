@@ -113,7 +113,7 @@ func TestTwoStepOnTestBed(t *testing.T) {
 	if !errors.As(err, &pe) || len(pe.Failed) == 0 || pe.Failed[0].Check != versions.CheckEmulationFinished || pe.Ignorable() {
 		t.Fatalf("back to 1.34 after the finish: %v, want an EmulationFinished refusal no flag lets through", err)
 	}
-	if !strings.Contains(err.Error(), "1.35 ran at its own version") {
+	if !strings.Contains(err.Error(), "after the two-step upgrade's finishing step") {
 		t.Errorf("the refusal does not say why: %v", err)
 	}
 	if after := f.manifests(); !maps.EqualFunc(before, after, bytes.Equal) {

@@ -19,11 +19,10 @@ import (
 )
 
 // CheckEmulationFinished: kube-apiserver, kube-controller-manager or
-// kube-scheduler goes back a minor, from binaries of minor M that have run
-// at their own version (not emulating M-1) since the node last ran M-1: a
-// two-step upgrade's finishing step, or an upgrade without --two-step
-// other than the one a rollback --last undoes. Unsupported: it cannot be
-// ignored.
+// kube-scheduler goes back a minor, from binaries of minor M whose
+// two-step upgrade's finishing step has committed (they stopped emulating
+// M-1) since the node last ran M-1. Unsupported: it cannot be ignored. A
+// move back after an upgrade without --two-step stays KubernetesDowngrade's.
 const CheckEmulationFinished = "EmulationFinished"
 
 // TwoStep is a node whose binary step is taken and whose finishing step
@@ -85,20 +84,30 @@ func BinaryStep(from, to *resolve.Node) map[string]string {
 	return out
 }
 
-// Ran is a state the node ran: the node state a committed transaction
-// left (Txn its ID), or, with Txn "", the one it runs now.
+// Ran is a committed transaction of the node: its ID, and the node states
+// it took the node from and to.
 type Ran struct {
-	Txn  string
-	Node *resolve.Node
+	Txn      string
+	From, To *resolve.Node
+}
+
+// finished reports whether r is a finishing step of component c at binary
+// minor m: c ran the binary of m emulating an older minor before, and at m
+// after.
+func (r Ran) finished(c string, m *version.Version) bool {
+	if r.From == nil {
+		return false
+	}
+	fb, fa, ok1 := emulating(r.From, c)
+	tb, ta, ok2 := emulating(r.To, c)
+	return ok1 && ok2 && fb.EqualTo(m) && fa.LessThan(m) && tb.EqualTo(m) && ta.EqualTo(m)
 }
 
 // CheckBinaryRollback is the EmulationFinished check of a move from from
-// to to, given ran, the states the node ran, newest first (the state it
-// runs now first when it counts: a rollback --last leaves out the
-// transaction it undoes, and so the state it left). A Kubernetes component
-// whose binary goes back one minor, from M, is refused when a state since
-// the component last ran below M ran it at M without emulating an older
-// minor.
+// to to, given ran, the node's committed transactions, newest first (a
+// rollback --last leaves out the one it undoes). A Kubernetes component
+// whose binary goes back one minor, from M, is refused when a finishing
+// step of it at M committed since the node last ran it below M.
 func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
 	var out []Finding
 	for _, c := range kubernetesComponents {
@@ -108,23 +117,15 @@ func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
 		}
 		m := version.MajorMinor(fv.Major(), fv.Minor())
 		for _, r := range ran {
-			bin, at, ok := emulating(r.Node, c)
-			if !ok {
-				continue
-			}
-			if bin.LessThan(m) {
+			if bin, _, ok := emulating(r.To, c); ok && bin.LessThan(m) {
 				break // it ran below M since: what ran at M before is read back already
 			}
-			if !bin.EqualTo(m) || at.LessThan(m) {
+			if !r.finished(c, m) {
 				continue
 			}
-			when := "as it runs now"
-			if r.Txn != "" {
-				when = "transaction " + r.Txn + " left it so"
-			}
 			out = append(out, Finding{Check: CheckEmulationFinished, Component: c, Unsupported: true, Message: fmt.Sprintf(
-				"%s %s -> %s goes back to %s after %s ran at its own version, not emulating %s (%s: a two-step upgrade's finishing step, or an upgrade without --two-step): it may have served %s's APIs and features and stored what %s cannot read back, and KEP-4330 supports going back to %s only while the %s binary emulates it; this cannot be ignored. Stay on %s (rollback --last of a finishing step lowers the emulated version to %s again), or restore the control plane from an etcd backup taken before it",
-				c, kv(fv), kv(tv), MinorOf(tv), MinorOf(m), MinorOf(tv), when, MinorOf(m), MinorOf(tv), MinorOf(tv), MinorOf(m), MinorOf(m), MinorOf(tv))})
+				"%s %s -> %s goes back to %s after the two-step upgrade's finishing step (transaction %s) let the %s binary stop emulating %s: it may have served %s's APIs and features and stored what %s cannot read back, and KEP-4330 supports going back to %s only while the %s binary emulates it; this cannot be ignored. Stay on %s (rollback --last of the finishing step lowers the emulated version to %s again), or restore the control plane from an etcd backup taken before %s",
+				c, kv(fv), kv(tv), MinorOf(tv), r.Txn, MinorOf(m), MinorOf(tv), MinorOf(m), MinorOf(tv), MinorOf(tv), MinorOf(m), MinorOf(m), MinorOf(tv), r.Txn)})
 			break
 		}
 	}

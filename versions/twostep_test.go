@@ -48,24 +48,28 @@ func TestBinaryStepAndPending(t *testing.T) {
 	}
 }
 
-// TestCheckBinaryRollback pins when a binary may go back a minor: while it
-// emulates the older one, or when the only state that ran it at its own
-// version is the one a rollback --last undoes (left out of ran).
+// TestCheckBinaryRollback pins when a binary may not go back a minor:
+// after a finishing step (emulating the older minor before, not after)
+// committed since the node last ran the older minor, and only then.
 func TestCheckBinaryRollback(t *testing.T) {
 	at137, emu136, at136 := emu("v1.37.2", ""), emu("v1.37.2", "1.36"), emu("v1.36.3", "")
+	binary := Ran{Txn: "b", From: at136, To: emu136}
+	finish := Ran{Txn: "f", From: emu136, To: at137}
+	unfinish := Ran{Txn: "r", From: at137, To: emu136}
+	oneStep := Ran{Txn: "u", From: at136, To: at137}
 	for _, tc := range []struct {
 		name     string
 		from, to *resolve.Node
 		ran      []Ran
 		refused  bool
 	}{
-		{"binary step undone: it only ever emulated 1.36", emu136, at136, []Ran{{Txn: "b", Node: emu136}, {Txn: "a", Node: at136}}, false},
-		{"one-step upgrade undone by rollback --last: the undone one is left out", at137, at136, []Ran{{Txn: "a", Node: at136}}, false},
-		{"the node runs 1.37 at its own version now", at137, at136, []Ran{{Node: at137}, {Txn: "f", Node: at137}}, true},
-		{"finished, then the finish rolled back", emu136, at136, []Ran{{Node: emu136}, {Txn: "r", Node: emu136}, {Txn: "f", Node: at137}, {Txn: "b", Node: emu136}}, true},
-		{"1.37 ran at its own minor, but 1.36 ran since", emu136, at136, []Ran{{Node: emu136}, {Txn: "b", Node: emu136}, {Txn: "back", Node: at136}, {Txn: "u", Node: at137}}, false},
-		{"a patch move is no minor going back", emu("v1.37.2", ""), emu("v1.37.1", ""), []Ran{{Node: at137}}, false},
-		{"an upgrade is not checked", at136, at137, []Ran{{Node: at137}}, false},
+		{"the binary step undone", emu136, at136, []Ran{binary}, false},
+		{"after the finishing step", at137, at136, []Ran{finish, binary}, true},
+		{"the finish rolled back, then the binaries", emu136, at136, []Ran{unfinish, finish, binary}, true},
+		{"a finish before the node ran 1.36 again", emu136, at136, []Ran{binary, {Txn: "back", From: at137, To: at136}, finish}, false},
+		{"an upgrade without --two-step stays KubernetesDowngrade's", at137, at136, []Ran{oneStep}, false},
+		{"a finish without a binary minor going back", at137, emu("v1.37.1", ""), []Ran{finish, binary}, false},
+		{"a transaction with no from state", at137, at136, []Ran{{Txn: "i", To: at137}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := CheckBinaryRollback(tc.from, tc.to, tc.ran)
@@ -78,7 +82,7 @@ func TestCheckBinaryRollback(t *testing.T) {
 			if c := checks(got); !slices.Equal(c, []string{"EmulationFinished!", "EmulationFinished!", "EmulationFinished!"}) {
 				t.Fatalf("checks %v, want EmulationFinished of each component, not ignorable", c)
 			}
-			for _, want := range []string{"goes back to 1.36 after 1.37 ran at its own version", "KEP-4330", "rollback --last of a finishing step"} {
+			for _, want := range []string{"goes back to 1.36 after the two-step upgrade's finishing step (transaction f)", "KEP-4330", "rollback --last of the finishing step"} {
 				if !strings.Contains(got[0].Message, want) {
 					t.Errorf("message lacks %q:\n%s", want, got[0].Message)
 				}

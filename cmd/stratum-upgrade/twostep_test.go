@@ -62,5 +62,7 @@ func TestTwoStepThroughTheCommand(t *testing.T) {
 	if code != cli.ExitError {
 		t.Fatalf("run back to 1.34 after finish: exit %d, want %d\n%s%s", code, cli.ExitError, out, errOut)
 	}
-	contains(t, "the refusal", out+errOut, "[ERROR EmulationFinished] kube-apiserver v1.35.4 -> v1.34.4 goes back to 1.34")
+	contains(t, "the refusal", out+errOut, "[ERROR EmulationFinished] kube-apiserver v1.35.4 -> v1.34.4 goes back to 1.34 after the two-step upgrade's finishing step")
+	_, out, errOut = c.su("plan", "--to="+back, "--ignore-preflight-errors=all")
+	contains(t, "plan of the move back", out+errOut, "[ERROR EmulationFinished]")
 }
