@@ -145,6 +145,7 @@ func (opts UpgradeOptions) WithJournal(j *journal.Journal) (UpgradeOptions, erro
 	opts.ran = ran
 	return opts, err
 }
+
 // CheckEmulationClusterSkew is the check that a two-step upgrade's
 // finishing step on one control-plane node waits for every other one to
 // have taken the binary step: while another node's kube-apiserver still
