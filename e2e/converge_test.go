@@ -11,6 +11,7 @@ import (
 	"github.com/ciq/stratum-upgrade/engine"
 	"github.com/ciq/stratum-upgrade/internal/harness/converge"
 	"github.com/ciq/stratum-upgrade/journal"
+	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 )
 
@@ -49,4 +50,19 @@ func processImage(pid int) string {
 		}
 	}
 	return ""
+}
+
+// journalState is the node state n's journal holds now.
+func (n *node) journalState(t *testing.T) *nodestate.NodeState {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(n.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	st, err := j.NodeState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

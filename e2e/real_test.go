@@ -68,30 +68,9 @@ func realScenarios(t *testing.T, h *Host, rep *kubeletRuns) {
 		}
 	}
 
-	t.Run("real-commit-kube-minor-and-etcd-minor", func(t *testing.T) {
-		imported(t)
-		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true})
-		api := n.apiClient(t)
-		api.checkVersion(t, realFrom)
-		api.createConfigMap(t, "stratum-e2e", "before the upgrade")
-		holders := api.leaseHolders(t, nil)
-		rel := n.realRelease(t)
-		r := n.run(t, runOpts{}, "run", "--to", rel)
-		rep.add(t, fmt.Sprintf("real control plane commit (etcd 3.6.16 -> 3.7.3, kube-apiserver, -controller-manager, -scheduler %s -> %s), default deadlines", realFrom, realTo), r)
-		if r.code != 0 {
-			t.Fatalf("run exited %d, want 0:\n%s", r.code, r.output())
-		}
-		checkConverged(t, n, engine.Committed, nil)
-		api.checkVersion(t, realTo)
-		api.checkConfigMap(t, "stratum-e2e", "before the upgrade")
-		// The new controller-manager and scheduler took the leases: a
-		// holder is <host>_<uuid>, a new uuid per process.
-		api.leaseHolders(t, holders)
-		if v := etcdclient.Version(t, n); !strings.HasPrefix(v, "3.7.") {
-			t.Errorf("etcd serves %s after the upgrade, want 3.7", v)
-		}
-	})
-
+	// The plain minor upgrade is surge's (surge_test.go), the two-step
+	// one twoStepScenario, which checks what this scenario did before: an
+	// object written before, new lease holders, etcd at 3.7.
 	t.Run("real-rollback-apiserver-rejects-node-flags", func(t *testing.T) {
 		imported(t)
 		n := resetNodeFrom(t, h, nodeSpec{stateFile: "testdata/states/real.yaml", real: true, mutate: func(st *nodestate.NodeState) {

@@ -99,6 +99,7 @@ func surgeScenarios(t *testing.T, h *Host, rep *kubeletRuns, imported func(*test
 		}
 	}
 	t.Run("real-surge-upgrade", func(t *testing.T) { upgrade(t, true) })
+	t.Run("real-two-step", func(t *testing.T) { twoStepScenario(t, h, rep, imported, figure) })
 	t.Run("real-stop-then-start-upgrade", func(t *testing.T) { upgrade(t, false) })
 
 	t.Run("real-surge-rollback", func(t *testing.T) {

@@ -127,6 +127,7 @@ func TestTwoStepOnTestBed(t *testing.T) {
 // pod), ignorably while cp-2 is known from neither, and taken once cp-2
 // runs 1.36.
 func TestFinishWaitsForEveryControlPlaneNode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name               string
 		cp2                string // cp-2's recorded kube-apiserver version, "" for none
@@ -139,6 +140,7 @@ func TestFinishWaitsForEveryControlPlaneNode(t *testing.T) {
 		{name: "cp-2 took the binary step", cp2: "v1.36.3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a cluster of its own
 			c := etcdcluster.Start(t, 3, "3.6")
 			n := newMemNode(t)
 			kubeAt(n.st, "v1.36.3")
