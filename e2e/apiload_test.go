@@ -240,8 +240,15 @@ func availability(label string, client, strict loadFigures) string {
 // figures, logging the first failures of each.
 func measureAvailability(t *testing.T, n *node, api apiClient, f func()) (client, strict loadFigures) {
 	t.Helper()
-	c := startAPILoad(t, n, api, "stratum-e2e-client", 10*time.Second)
-	s := startAPILoad(t, n, api, "stratum-e2e-strict", time.Second)
+	return measureAvailabilityAs(t, n, api, "", f)
+}
+
+// measureAvailabilityAs is measureAvailability with suffix on the
+// ConfigMaps' names: a second measurement on the same node.
+func measureAvailabilityAs(t *testing.T, n *node, api apiClient, suffix string, f func()) (client, strict loadFigures) {
+	t.Helper()
+	c := startAPILoad(t, n, api, "stratum-e2e-client"+suffix, 10*time.Second)
+	s := startAPILoad(t, n, api, "stratum-e2e-strict"+suffix, time.Second)
 	f()
 	client, strict = c.finish(), s.finish()
 	for _, x := range []struct {

@@ -51,7 +51,7 @@ func twoStepScenario(t *testing.T, h *Host, rep *kubeletRuns, imported func(*tes
 	}
 	checkSurgeAvailability(t, r, client, strict, "two-step binary step")
 
-	client, strict = measureAvailability(t, n, api, func() { r = n.run(t, runOpts{}, "rollback", "--last") })
+	client, strict = measureAvailabilityAs(t, n, api, "-rollback", func() { r = n.run(t, runOpts{}, "rollback", "--last") })
 	logTimeline(t, r, client.Start)
 	rep.add(t, fmt.Sprintf("real control plane two-step binary step rolled back (rollback --last: %s binaries, etcd 3.7 -> 3.6 by its downgrade protocol)", realFrom), r)
 	figure(t, availability("two-step rollback", client, strict))
