@@ -104,7 +104,9 @@ func (e *Engine) Finish(ctx context.Context, opts UpgradeOptions) (Result, error
 
 // ranStates is the node's committed transactions, newest first, as
 // versions.CheckBinaryRollback reads them: but restarts (they change
-// nothing) and the transaction except (a rollback --last's undone one).
+// nothing), the transaction except (a rollback --last's undone one) and
+// one whose node state no longer parses. Only reading the journal fails
+// it.
 func (e *Engine) ranStates(except string) ([]versions.Ran, error) {
 	return ranStates(e.j, except)
 }
@@ -119,17 +121,15 @@ func ranStates(j *journal.Journal, except string) ([]versions.Ran, error) {
 		if t.Phase != journal.PhaseCommitted || t.Kind == journal.KindRestart || t.ID == except || len(t.To) == 0 {
 			continue
 		}
-		r := versions.Ran{Txn: t.ID}
+		// A node state an older stratum-upgrade journaled may not pass
+		// today's validation: it is passed over, not fatal. A finishing
+		// step is this version's, and its states parse.
 		to, err := nodestate.Parse(t.To)
 		if err != nil {
-			return nil, fmt.Errorf("transaction %s: the node state it left: %w", t.ID, err)
+			continue
 		}
-		r.To = resolve.Resolve(to)
-		if len(t.From) > 0 {
-			from, err := nodestate.Parse(t.From)
-			if err != nil {
-				return nil, fmt.Errorf("transaction %s: the node state it started from: %w", t.ID, err)
-			}
+		r := versions.Ran{Txn: t.ID, To: resolve.Resolve(to)}
+		if from, err := nodestate.Parse(t.From); err == nil && len(t.From) > 0 {
 			r.From = resolve.Resolve(from)
 		}
 		out = append(out, r)
