@@ -6,6 +6,7 @@ package etcddata
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,10 +15,32 @@ import (
 
 // twoMembers is a two-member etcd 3.6 cluster (losing one member loses
 // quorum) and the client config of its first member, with a short timeout.
+//
+// It returns once the cluster's storage version is 3.6. A new etcd 3.6
+// member reports storage 3.5 until the cluster has agreed on its cluster
+// version (etcd's storage version monitor moves it up), and a downgrade to
+// 3.5 asked before then is done already: Downgrade returns nil at once.
+// Under load that took long enough to fail TestDowngradeTimeoutIsNotARefusal.
 func twoMembers(t *testing.T) (*etcdcluster.Cluster, ClientConfig) {
 	t.Helper()
 	c := etcdcluster.Start(t, 2, "3.6")
-	return c, ClientConfig{Endpoint: c.Members[0].ClientURL, DialTimeout: 2 * time.Second}
+	cfg := ClientConfig{Endpoint: c.Members[0].ClientURL, DialTimeout: 2 * time.Second}
+	cli, _, err := cfg.dial(etcdCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := cli.Status(etcdCtx(t), cfg.Endpoint)
+		if err == nil && strings.HasPrefix(st.StorageVersion, "3.6") {
+			return c, cfg
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting 30s for the new cluster's storage version 3.6: last %v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // A downgrade etcd cannot answer (its cluster lost quorum: the validate's
