@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/harness/etcdcluster"
 	"github.com/ciq/stratum-upgrade/internal/harness/standin"
@@ -72,6 +73,10 @@ func (f *fixture) wantEmulated(when, want string) {
 func TestTwoStepOnTestBed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, testbed.Options{})
+	// Six transactions: a short soak, as what is soaked is not the point.
+	dl := testDeadlines
+	dl.Soak = 200 * time.Millisecond
+	f.e = f.engine(f.node.Scanner, dl)
 	up := kubeRelease(testbed.NextMinorTag)
 	commit := func(what string, res Result, err error) {
 		t.Helper()
