@@ -188,18 +188,26 @@ type skew struct {
 // check checks node's kube-apiserver versions vs, as source says them,
 // and reports whether any was known.
 func (k *skew) check(node string, vs []string, source string) bool {
-	known := false
-	for _, s := range vs {
-		ov, err := version.ParseGeneric(s)
-		if err != nil {
-			continue
-		}
-		known = true
+	return eachVersion(vs, func(s string, ov *version.Version) {
 		if gap := minorGap(ov, k.to); gap > 1 {
 			k.out = append(k.out, versions.Finding{Check: CheckAPIServerSkew, Component: nodestate.KubeAPIServer, Unsupported: true, Message: fmt.Sprintf(
 				"kube-apiserver on node %s is %s (%s): moving this node's to v%s would put them %d minors apart; the version skew policy allows one, and this cannot be ignored; move node %s to %s first",
 				node, s, source, k.to, gap, node, towards(ov, k.to))})
 		}
+	})
+}
+
+// eachVersion calls f with each of vs that parses as a version (the
+// versions peerAPIServers hands a check), and reports whether any did.
+func eachVersion(vs []string, f func(s string, v *version.Version)) bool {
+	known := false
+	for _, s := range vs {
+		v, err := version.ParseGeneric(s)
+		if err != nil {
+			continue
+		}
+		known = true
+		f(s, v)
 	}
 	return known
 }

@@ -169,20 +169,13 @@ func (e *Engine) finishSkew(ctx context.Context, st, to *nodestate.NodeState) ([
 	bin := version.MustParseGeneric(ts.Binary)
 	var out []versions.Finding
 	check := func(node string, vs []string, source string) bool {
-		known := false
-		for _, s := range vs {
-			ov, err := version.ParseGeneric(s)
-			if err != nil {
-				continue
-			}
-			known = true
+		return eachVersion(vs, func(s string, ov *version.Version) {
 			if ov.Major() == bin.Major() && ov.Minor() < bin.Minor() {
 				out = append(out, versions.Finding{Check: CheckEmulationClusterSkew, Component: nodestate.KubeAPIServer, Unsupported: true, Message: fmt.Sprintf(
 					"kube-apiserver on node %s still runs %s (%s): this node's finishing step would stop emulating %s while a node runs it, and the cluster's way back to %s rests on every node emulating it until all run %s binaries; this cannot be ignored. Take the binary step on node %s first (run --to with --two-step), then finish here",
 					node, s, source, ts.Emulated, ts.Emulated, ts.Binary, node)})
 			}
-		}
-		return known
+		})
 	}
 	unknown := func(what string) {
 		out = append(out, versions.Finding{Check: CheckEmulationClusterSkew, Component: nodestate.KubeAPIServer, Message: fmt.Sprintf(
