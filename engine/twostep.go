@@ -3,9 +3,9 @@ package engine
 // Two-step minor upgrades (KEP-4330): run --to with TwoStep takes the
 // binary step (the new binaries, emulating the minor they replace), Finish
 // takes the finishing step (the emulation dropped) as its own transaction,
-// and a binary going back a minor after it ran at its own version is
-// refused (versions.CheckBinaryRollback), from what the journal says the
-// node ran.
+// and a binary going back a minor after a finishing step is refused
+// (versions.CheckBinaryRollback), from the journal's committed
+// transactions.
 
 import (
 	"context"
@@ -93,8 +93,10 @@ func (e *Engine) PlanFinish(ctx context.Context, opts UpgradeOptions) (*Plan, er
 // two-step upgrade is pending.
 func (e *Engine) Finish(ctx context.Context, opts UpgradeOptions) (Result, error) {
 	what := func(p *Plan) string {
-		ts, _ := versions.PendingTwoStep(resolve.Resolve(p.From))
-		return fmt.Sprintf("finish the two-step upgrade to %s (was emulating %s): %s change", ts.Binary, ts.Emulated, strings.Join(p.Changed(), ", "))
+		if ts, ok := versions.PendingTwoStep(resolve.Resolve(p.From)); ok {
+			return fmt.Sprintf("finish the two-step upgrade to %s (was emulating %s): %s change", ts.Binary, ts.Emulated, strings.Join(p.Changed(), ", "))
+		}
+		return fmt.Sprintf("finish the two-step upgrade: %s change", strings.Join(p.Changed(), ", "))
 	}
 	return e.change(ctx, journal.KindUpgrade, nil, opts.IgnorePreflight, what, func(t topology) (*Plan, error) {
 		opts.members = t.members
