@@ -62,7 +62,7 @@ dist-check: ## build this machine's .deb, install it with dpkg, check the binary
 SEED         := $(or $(STRATUM_SEED),$(shell date +%s%N))
 TEST_TIMEOUT ?= 30m
 PARALLEL     ?= 8
-test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full on the default node and a seeded sample of the others (the VIP node's included); ends with the slowest packages' times (7m56s on 2 cores alone, warm caches)
+test: ## the quick answer: unit and package tests, test bed nodes, the in-memory fault matrix in full on the default node and a seeded sample of the others (the VIP node's included); ends with the slowest packages' times (7m55s on 2 cores alone, warm caches)
 	$(GO) test -count=1 -run '^$$' ./... >/dev/null
 	$(GO) build -o $(BIN)/slowest ./internal/harness/cmd/slowest
 	@echo "make test: fault matrices $(if $(filter full,$(STRATUM_MATRIX)),in full,sampled with seed $(SEED) (replay: make test STRATUM_SEED=$(SEED); every case: make crash))"
@@ -74,7 +74,7 @@ test: ## the quick answer: unit and package tests, test bed nodes, the in-memory
 # timing lines count from CHECK_START (.ci/run passes its own).
 CHECK_START := $(or $(CHECK_START),$(shell date +%s))
 CHECK_LABEL ?= check
-check: ## everything CI runs: lint, dist-check, make test with every fault matrix in full, fuzz, test-real, ha, real-cluster, e2e-kubelet (root; on a fresh 2-core machine with cold caches: about 30 minutes to the end of test-real as CI measured it, then ha 16, real-cluster about 13, e2e-kubelet 16)
+check: ## everything CI runs: lint, dist-check, make test with every fault matrix in full, fuzz, test-real, ha, real-cluster, e2e-kubelet (root; on a fresh 2-core machine with cold caches about 80 minutes: make test in full 19, test-real 12, ha 16, real-cluster about 13, e2e-kubelet about 19, with the builds)
 	$(MAKE) lint
 	$(MAKE) dist-check
 	$(MAKE) test STRATUM_MATRIX=full TEST_TIMEOUT=60m
