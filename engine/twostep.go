@@ -56,9 +56,7 @@ func FinishState(st *nodestate.NodeState) (*nodestate.NodeState, error) {
 	to := st.Clone()
 	var raised []string
 	for _, c := range []string{nodestate.KubeAPIServer, nodestate.ControllerManager, nodestate.Scheduler} {
-		e := versions.EmulatedVersion(st.ExtraArgs[c])
-		v, err := n.Version(c)
-		if e == nil || err != nil || v == nil || !e.LessThan(versions.MajorMinorOf(v)) {
+		if bin, at, ok := versions.Emulating(n, c); !ok || !at.LessThan(bin) {
 			continue
 		}
 		to.DeleteExtraArg(c, versions.FlagEmulatedVersion)

@@ -87,8 +87,3 @@ func Of(n *resolve.Node, component string) (*version.Version, error) {
 	}
 	return v, nil
 }
-
-// MajorMinorOf is v without its patch: 1.37.2 -> 1.37.0.
-func MajorMinorOf(v *version.Version) *version.Version {
-	return version.MajorMinor(v.Major(), v.Minor())
-}

@@ -38,22 +38,19 @@ type TwoStep struct {
 // version that cannot be told).
 func PendingTwoStep(n *resolve.Node) (TwoStep, bool) {
 	c := nodestate.KubeAPIServer
-	bin, emu, ok := emulating(n, c)
+	bin, emu, ok := Emulating(n, c)
 	if !ok || !emu.LessThan(bin) {
 		return TwoStep{}, false
 	}
 	return TwoStep{Binary: MinorOf(bin), Emulated: MinorOf(emu)}, true
 }
 
-// emulating is component c's binary minor in n and the minor it runs at:
+// Emulating is component c's binary minor in n and the minor it runs at:
 // the one it emulates, else its binary's. False when c is not in n or its
 // version cannot be told.
-func emulating(n *resolve.Node, c string) (bin, at *version.Version, ok bool) {
-	if n.Image(c) == "" {
-		return nil, nil, false
-	}
-	v, err := n.Version(c)
-	if err != nil || v == nil {
+func Emulating(n *resolve.Node, c string) (bin, at *version.Version, ok bool) {
+	v, ok := kubeVersion(n, c)
+	if !ok {
 		return nil, nil, false
 	}
 	bin = version.MajorMinor(v.Major(), v.Minor())
@@ -71,8 +68,8 @@ func emulating(n *resolve.Node, c string) (bin, at *version.Version, ok bool) {
 func BinaryStep(from, to *resolve.Node) map[string]string {
 	out := map[string]string{}
 	for _, c := range kubernetesComponents {
-		_, was, ok1 := emulating(from, c)
-		bin, _, ok2 := emulating(to, c)
+		_, was, ok1 := Emulating(from, c)
+		bin, _, ok2 := Emulating(to, c)
 		if !ok1 || !ok2 || !was.LessThan(bin) {
 			continue
 		}
@@ -98,8 +95,8 @@ func (r Ran) finished(c string, m *version.Version) bool {
 	if r.From == nil {
 		return false
 	}
-	fb, fa, ok1 := emulating(r.From, c)
-	tb, ta, ok2 := emulating(r.To, c)
+	fb, fa, ok1 := Emulating(r.From, c)
+	tb, ta, ok2 := Emulating(r.To, c)
 	return ok1 && ok2 && fb.EqualTo(m) && fa.LessThan(m) && tb.EqualTo(m) && ta.EqualTo(m)
 }
 
@@ -117,7 +114,7 @@ func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
 		}
 		m := version.MajorMinor(fv.Major(), fv.Minor())
 		for _, r := range ran {
-			if bin, _, ok := emulating(r.To, c); ok && bin.LessThan(m) {
+			if bin, _, ok := Emulating(r.To, c); ok && bin.LessThan(m) {
 				break // it ran below M since: what ran at M before is read back already
 			}
 			if !r.finished(c, m) {
