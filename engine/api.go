@@ -11,6 +11,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/nodestate"
+	"github.com/ciq/stratum-upgrade/versions"
 )
 
 // Outcome is how a transaction ended.
@@ -97,9 +98,7 @@ func (e *Engine) PlanWith(ctx context.Context, rel *Release, opts UpgradeOptions
 	if err != nil {
 		return nil, err
 	}
-	if opts.ran, err = e.ranStates(""); err != nil {
-		return nil, err
-	}
+	opts.history = func() ([]versions.Ran, error) { return e.ranStates("") }
 	opts.log = e.log
 	if opts.Kubelet == nil {
 		opts.Kubelet = e.kubelet
@@ -135,9 +134,7 @@ func (e *Engine) PlanState(ctx context.Context, to *nodestate.NodeState, opts Up
 	if err != nil {
 		return nil, err
 	}
-	if opts.ran, err = e.ranStates(""); err != nil {
-		return nil, err
-	}
+	opts.history = func() ([]versions.Ran, error) { return e.ranStates("") }
 	opts.log = e.log
 	if opts.Kubelet == nil {
 		opts.Kubelet = e.kubelet

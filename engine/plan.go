@@ -130,7 +130,7 @@ func PlanUpgrade(ctx context.Context, store Manifests, procs Processes, st *node
 			return nil, err
 		}
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "release " + rel.KubernetesVersion, ran: opts.ran}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "release " + rel.KubernetesVersion, history: opts.history}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err

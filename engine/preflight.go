@@ -122,10 +122,10 @@ type UpgradeOptions struct {
 	// the finishing step. A release that moves no binary up a minor is
 	// refused (ErrNoMinorMove).
 	TwoStep bool
-	// ran is what the journal says the node ran (Engine.ranStates), for
-	// EmulationFinished; nil outside an Engine, when only the node state
-	// the plan starts from counts.
-	ran []versions.Ran
+	// history reads the node's committed transactions for
+	// EmulationFinished (Engine.ranStates, WithJournal), only when a
+	// binary goes back a minor; nil outside an Engine reads none.
+	history func() ([]versions.Ran, error)
 }
 
 // preflight is how planTo runs the checks.
@@ -141,8 +141,8 @@ type preflight struct {
 	subject string
 	// state: the target is a node state (apply), not a release (run).
 	state bool
-	// ran is UpgradeOptions.ran.
-	ran []versions.Ran
+	// history is UpgradeOptions.history.
+	history func() ([]versions.Ran, error)
 }
 
 func (p preflight) ignores(check string) bool {

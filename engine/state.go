@@ -94,7 +94,7 @@ func PlanState(ctx context.Context, store Manifests, procs Processes, st, to *no
 	if err := CheckStateChange(st, to); err != nil {
 		return nil, err
 	}
-	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "node state " + to.KubernetesVersion, state: true, ran: opts.ran}
+	pf := preflight{ignore: opts.IgnorePreflight, members: opts.members, kubelet: liveKubelet{read: opts.Kubelet, log: opts.log}, procs: procs, subject: "node state " + to.KubernetesVersion, state: true, history: opts.history}
 	plan, err := planTo(ctx, store, st, to, pf)
 	if err != nil {
 		return nil, err
@@ -117,7 +117,11 @@ func planTo(ctx context.Context, store Manifests, st, to *nodestate.NodeState, p
 		return nil, fmt.Errorf("%s: %w", pf.subject, err)
 	}
 	findings := versions.UpgradePath(from, target)
-	findings = append(findings, versions.CheckBinaryRollback(from, target, pf.ran)...)
+	back, err := versions.CheckBinaryRollback(from, target, pf.history)
+	if err != nil {
+		return nil, err
+	}
+	findings = append(findings, back...)
 	plan, err := planChanges(store, st, to)
 	if err != nil {
 		// A target the rules refuse may not render at all (an

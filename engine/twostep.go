@@ -139,11 +139,11 @@ func ranStates(j *journal.Journal, except string) ([]versions.Ran, error) {
 
 // WithJournal is opts with what j says the node ran, for the
 // EmulationFinished check of a plan made outside an Engine (an Engine's
-// plans read it themselves).
-func (opts UpgradeOptions) WithJournal(j *journal.Journal) (UpgradeOptions, error) {
-	ran, err := ranStates(j, "")
-	opts.ran = ran
-	return opts, err
+// plans read it themselves). j is read only if the plan moves a binary
+// back a minor, and must stay open until then.
+func (opts UpgradeOptions) WithJournal(j *journal.Journal) UpgradeOptions {
+	opts.history = func() ([]versions.Ran, error) { return ranStates(j, "") }
+	return opts
 }
 
 // CheckEmulationClusterSkew is the check that a two-step upgrade's

@@ -183,11 +183,12 @@ func (e *Engine) planUndoUpgrade(cur *nodestate.NodeState, last *journal.Txn) (*
 		}
 		return nil, fmt.Errorf("%w: %w", ErrCannotUndo, err)
 	}
-	ran, err := e.ranStates(last.ID)
+	history := func() ([]versions.Ran, error) { return e.ranStates(last.ID) }
+	f, err := versions.CheckBinaryRollback(resolve.Resolve(cur), resolve.Resolve(old), history)
 	if err != nil {
 		return nil, err
 	}
-	if f := versions.CheckBinaryRollback(resolve.Resolve(cur), resolve.Resolve(old), ran); len(f) > 0 {
+	if len(f) > 0 {
 		_, err := preflight{subject: "rollback --last of " + last.ID}.settle(f)
 		return nil, fmt.Errorf("%w: %w", ErrCannotUndo, err)
 	}

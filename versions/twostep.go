@@ -101,17 +101,30 @@ func (r Ran) finished(c string, m *version.Version) bool {
 }
 
 // CheckBinaryRollback is the EmulationFinished check of a move from from
-// to to, given ran, the node's committed transactions, newest first (a
-// rollback --last leaves out the one it undoes). A Kubernetes component
-// whose binary goes back one minor, from M, is refused when a finishing
-// step of it at M committed since the node last ran it below M.
-func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
-	var out []Finding
+// to to, given history, which reads the node's committed transactions,
+// newest first (a rollback --last leaves out the one it undoes; nil reads
+// none). A Kubernetes component whose binary goes back one minor, from M,
+// is refused when a finishing step of it at M committed since the node
+// last ran it below M. history is called only for such a move: the
+// journal is read when a binary goes back, not for every plan. Its error
+// is returned.
+func CheckBinaryRollback(from, to *resolve.Node, history func() ([]Ran, error)) ([]Finding, error) {
+	var back []string
 	for _, c := range kubernetesComponents {
-		fv, tv, ok := pair(from, to, c)
-		if !ok || !tv.LessThan(fv) || minorsBack(fv, tv) != 1 {
-			continue
+		if fv, tv, ok := pair(from, to, c); ok && tv.LessThan(fv) && minorsBack(fv, tv) == 1 {
+			back = append(back, c)
 		}
+	}
+	if len(back) == 0 || history == nil {
+		return nil, nil
+	}
+	ran, err := history()
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	for _, c := range back {
+		fv, tv, _ := pair(from, to, c)
 		m := version.MajorMinor(fv.Major(), fv.Minor())
 		for _, r := range ran {
 			if bin, _, ok := Emulating(r.To, c); ok && bin.LessThan(m) {
@@ -126,5 +139,5 @@ func CheckBinaryRollback(from, to *resolve.Node, ran []Ran) []Finding {
 			break
 		}
 	}
-	return out
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package versions
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -72,7 +73,14 @@ func TestCheckBinaryRollback(t *testing.T) {
 		{"a transaction with no from state", at137, at136, []Ran{{Txn: "i", To: at137}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := CheckBinaryRollback(tc.from, tc.to, tc.ran)
+			reads := 0
+			got, err := CheckBinaryRollback(tc.from, tc.to, func() ([]Ran, error) { reads++; return tc.ran, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wantReads := 1; tc.from.State.KubernetesVersion[:5] == tc.to.State.KubernetesVersion[:5] && reads != 0 || reads > wantReads {
+				t.Errorf("the history was read %d time(s), want once for a binary going back a minor, never otherwise", reads)
+			}
 			if !tc.refused {
 				if len(got) > 0 {
 					t.Fatalf("refused: %v", got)
@@ -88,5 +96,18 @@ func TestCheckBinaryRollback(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A history that fails is the check's error, read only for a binary going
+// back a minor.
+func TestCheckBinaryRollbackHistoryError(t *testing.T) {
+	boom := errors.New("journal unreadable")
+	failing := func() ([]Ran, error) { return nil, boom }
+	if _, err := CheckBinaryRollback(emu("v1.37.2", ""), emu("v1.36.3", ""), failing); !errors.Is(err, boom) {
+		t.Errorf("a move back a minor with an unreadable history: %v, want its error", err)
+	}
+	if f, err := CheckBinaryRollback(emu("v1.36.3", ""), emu("v1.37.2", ""), failing); err != nil || f != nil {
+		t.Errorf("an upgrade read the history: %v %v", f, err)
 	}
 }

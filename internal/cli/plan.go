@@ -322,9 +322,7 @@ func (g *globals) showPlan(in planInput) error {
 	if in.opts != nil {
 		in.opts.Kubelet = g.planKubelet(st)
 		// What the journal says the node ran: EmulationFinished.
-		if *in.opts, err = in.opts.WithJournal(j); err != nil {
-			return err
-		}
+		*in.opts = in.opts.WithJournal(j)
 	}
 	plan, err := in.plan(store, st)
 	refused := g.planRefused(in, store, st, &plan, &err)
