@@ -55,14 +55,5 @@ func processImage(pid int) string {
 // journalState is the node state n's journal holds now.
 func (n *node) journalState(t *testing.T) *nodestate.NodeState {
 	t.Helper()
-	j, err := journal.Open(filepath.Join(n.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	st, err := j.NodeState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return converge.JournalState(t, filepath.Join(n.stateDir, "stratum.db"))
 }

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ciq/stratum-upgrade/internal/cli"
+	"github.com/ciq/stratum-upgrade/internal/harness/converge"
 	"github.com/ciq/stratum-upgrade/internal/harness/testbed"
-	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
 	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
@@ -260,16 +260,7 @@ func TestRenderLiveOnTestBed(t *testing.T) {
 // read once the command that wrote it has exited.
 func journalState(t *testing.T, c *cliNode) *nodestate.NodeState {
 	t.Helper()
-	j, err := journal.Open(filepath.Join(c.stateDir, "stratum.db"), journal.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	st, err := j.NodeState()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return converge.JournalState(t, filepath.Join(c.stateDir, "stratum.db"))
 }
 
 // manifests is every file of dir by name, with its bytes.

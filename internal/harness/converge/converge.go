@@ -12,6 +12,7 @@ import (
 
 	"github.com/ciq/stratum-upgrade/journal"
 	"github.com/ciq/stratum-upgrade/manifest"
+	"github.com/ciq/stratum-upgrade/nodestate"
 	"github.com/ciq/stratum-upgrade/proc"
 )
 
@@ -188,4 +189,20 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// JournalState is the node state the journal at path holds, opened
+// read-only once the command that wrote it has exited; an error fails t.
+func JournalState(t *testing.T, path string) *nodestate.NodeState {
+	t.Helper()
+	j, err := journal.Open(path, journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	st, err := j.NodeState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
