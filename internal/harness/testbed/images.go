@@ -83,17 +83,17 @@ func (n *Node) writeImageMap(bins *binaries, extra kubeletsim.ImageMap) error {
 		if err := os.Symlink(bins.component, link); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("testbed: %w", err)
 		}
-		tags := KubeTags
+		tags, modes := KubeTags, map[string][]standin.Mode{}
 		if comp == nodestate.KubeVIP {
 			tags = KubeVIPTags
-		}
-		if comp != nodestate.KubeVIP {
-			m[ModeImage(comp, NextMinorTag, standin.ModeHealthy)] = kubeletsim.Image{Binary: link, Env: marker(map[string]string{
-				standin.EnvMode: string(standin.ModeHealthy), standin.EnvEvents: n.EventsFile,
-			})}
+		} else {
+			modes[NextMinorTag] = []standin.Mode{standin.ModeHealthy}
 		}
 		for _, tag := range tags {
-			for _, mode := range standin.Modes {
+			modes[tag] = standin.Modes
+		}
+		for tag, tagModes := range modes {
+			for _, mode := range tagModes {
 				m[ModeImage(comp, tag, mode)] = kubeletsim.Image{Binary: link, Env: marker(map[string]string{
 					standin.EnvMode: string(mode), standin.EnvEvents: n.EventsFile,
 				})}
